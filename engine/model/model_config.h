@@ -35,6 +35,7 @@ struct ModelConfig {
   int64_t bos_token_id = -1;            // -1 when absent
   int64_t eos_token_id = -1;            // first id when config gives a list; -1 when absent
   std::string hidden_act;               // "silu" (llama) or "gelu_new" (gpt2)
+  std::string torch_dtype = "float32";  // informational: the stored dtype the config claims
 };
 
 // Parses `config_json` (a path to config.json). Errors name the file and the offending key.

@@ -1,0 +1,292 @@
+// Parses Hugging Face config.json into ModelConfig, per family, with strict validation.
+//
+// Only the keys that change the forward pass are read. Everything else (torch_dtype,
+// transformers_version, ...) is ignored. Mistral/Qwen2 "sliding_window" is ignored on purpose:
+// our contexts are far below the window sizes those models ship with, and the structured-prompting
+// attention pattern is ours to define; a window would only matter beyond max_position_embeddings.
+#include "engine/model/model_config.h"
+
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace manyshot {
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads typed keys out of one JSON object, building errors that name the file and key.
+class KeyReader {
+ public:
+  KeyReader(const Json& obj, std::string file) : obj_(obj), file_(std::move(file)) {}
+
+  absl::Status Error(absl::string_view key, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": key \"", key, "\" ", what));
+  }
+
+  const std::string& file() const { return file_; }
+
+  bool Has(absl::string_view key) const {
+    auto it = obj_.find(key);
+    return it != obj_.end() && !it->is_null();
+  }
+
+  // A required integer (JSON integer, or a float with an integral value) that must be > 0.
+  absl::StatusOr<int64_t> PositiveInt(absl::string_view key) const {
+    if (!Has(key)) return Error(key, "is missing");
+    auto v = Int(key);
+    if (!v.ok()) return v.status();
+    if (*v <= 0) return Error(key, absl::StrCat("must be positive, got ", *v));
+    return *v;
+  }
+
+  absl::StatusOr<int64_t> OptionalPositiveInt(absl::string_view key, int64_t fallback) const {
+    if (!Has(key)) return fallback;
+    return PositiveInt(key);
+  }
+
+  absl::StatusOr<int64_t> Int(absl::string_view key) const {
+    const Json& v = obj_.at(key);
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return Error(key, "is out of range");
+      }
+      return v.get<int64_t>();
+    }
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -9e18 && d < 9e18) {
+        return static_cast<int64_t>(d);
+      }
+    }
+    return Error(key, "must be an integer");
+  }
+
+  absl::StatusOr<double> PositiveNumber(absl::string_view key,
+                                        std::optional<double> fallback) const {
+    if (!Has(key)) {
+      if (fallback) return *fallback;
+      return Error(key, "is missing");
+    }
+    const Json& v = obj_.at(key);
+    if (!v.is_number()) return Error(key, "must be a number");
+    double d = v.get<double>();
+    if (!(d > 0) || d > 1e30) return Error(key, "must be a positive finite number");
+    return d;
+  }
+
+  absl::StatusOr<bool> Bool(absl::string_view key, bool fallback) const {
+    if (!Has(key)) return fallback;
+    const Json& v = obj_.at(key);
+    if (!v.is_boolean()) return Error(key, "must be a boolean");
+    return v.get<bool>();
+  }
+
+  absl::StatusOr<std::string> String(absl::string_view key,
+                                     std::optional<std::string> fallback) const {
+    if (!Has(key)) {
+      if (fallback) return *fallback;
+      return Error(key, "is missing");
+    }
+    const Json& v = obj_.at(key);
+    if (!v.is_string()) return Error(key, "must be a string");
+    return v.get<std::string>();
+  }
+
+  // bos/eos: an int, a list of ints (first is used), or absent/null (-1).
+  absl::StatusOr<int64_t> TokenId(absl::string_view key) const {
+    if (!Has(key)) return -1;
+    const Json& v = obj_.at(key);
+    const Json* first = &v;
+    if (v.is_array()) {
+      if (v.empty()) return -1;
+      first = &v.front();
+    }
+    if (!first->is_number_integer() || first->get<int64_t>() < 0) {
+      return Error(key, "must be a non-negative integer or a list of them");
+    }
+    return first->get<int64_t>();
+  }
+
+ private:
+  const Json& obj_;
+  std::string file_;
+};
+
+#define MS_ASSIGN(lhs, expr)                \
+  do {                                      \
+    auto _ms_v = (expr);                    \
+    if (!_ms_v.ok()) return _ms_v.status(); \
+    lhs = *std::move(_ms_v);                \
+  } while (0)
+
+absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
+  if (r.Has("rope_scaling")) {
+    return absl::UnimplementedError(
+        absl::StrCat(r.file(), ": key \"rope_scaling\" is set; RoPE scaling is not supported"));
+  }
+  c.architecture = Architecture::kLlama;
+  MS_ASSIGN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MS_ASSIGN(c.hidden_size, r.PositiveInt("hidden_size"));
+  MS_ASSIGN(c.intermediate_size, r.PositiveInt("intermediate_size"));
+  MS_ASSIGN(c.num_layers, r.PositiveInt("num_hidden_layers"));
+  MS_ASSIGN(c.num_heads, r.PositiveInt("num_attention_heads"));
+  MS_ASSIGN(c.num_kv_heads, r.OptionalPositiveInt("num_key_value_heads", c.num_heads));
+  MS_ASSIGN(c.max_position_embeddings, r.PositiveInt("max_position_embeddings"));
+  double eps = 0, theta = 0;
+  MS_ASSIGN(eps, r.PositiveNumber("rms_norm_eps", std::nullopt));
+  MS_ASSIGN(theta, r.PositiveNumber("rope_theta", 10000.0));
+  c.norm_eps = static_cast<float>(eps);
+  c.rope_theta = static_cast<float>(theta);
+  MS_ASSIGN(c.hidden_act, r.String("hidden_act", std::string("silu")));
+  if (c.hidden_act != "silu")
+    return r.Error("hidden_act", "must be \"silu\", got \"" + c.hidden_act + "\"");
+
+  if (c.num_heads > c.hidden_size) return r.Error("num_attention_heads", "exceeds hidden_size");
+  if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
+    return r.Error("num_key_value_heads", "must divide num_attention_heads");
+  }
+  if (r.Has("head_dim")) {
+    MS_ASSIGN(c.head_dim, r.PositiveInt("head_dim"));
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return r.Error("num_attention_heads", "must divide hidden_size");
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  // RoPE rotate-half pairs dimension i with i + head_dim/2.
+  if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for RoPE");
+
+  if (c.model_type == "qwen2") {
+    // Qwen2 always has q/k/v bias and never an o_proj bias; the config has no key for it.
+    c.attention_bias = true;
+    c.attention_out_bias = false;
+    c.mlp_bias = false;
+    MS_ASSIGN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+  } else {
+    bool bias = false;
+    MS_ASSIGN(bias, r.Bool("attention_bias", false));
+    c.attention_bias = bias;
+    c.attention_out_bias = bias;
+    MS_ASSIGN(c.mlp_bias, r.Bool("mlp_bias", false));
+    MS_ASSIGN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+  }
+  MS_ASSIGN(c.bos_token_id, r.TokenId("bos_token_id"));
+  MS_ASSIGN(c.eos_token_id, r.TokenId("eos_token_id"));
+  return absl::OkStatus();
+}
+
+absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
+  c.architecture = Architecture::kGpt2;
+  MS_ASSIGN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MS_ASSIGN(c.hidden_size, r.PositiveInt("n_embd"));
+  MS_ASSIGN(c.num_layers, r.PositiveInt("n_layer"));
+  MS_ASSIGN(c.num_heads, r.PositiveInt("n_head"));
+  MS_ASSIGN(c.max_position_embeddings, r.PositiveInt("n_positions"));
+  if (c.hidden_size > (int64_t{1} << 40)) return r.Error("n_embd", "is too large");
+  MS_ASSIGN(c.intermediate_size, r.OptionalPositiveInt("n_inner", 4 * c.hidden_size));
+  double eps = 0;
+  MS_ASSIGN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-5));
+  c.norm_eps = static_cast<float>(eps);
+  MS_ASSIGN(c.hidden_act, r.String("activation_function", std::string("gelu_new")));
+  if (c.hidden_act != "gelu_new") {
+    return r.Error("activation_function", "must be \"gelu_new\", got \"" + c.hidden_act + "\"");
+  }
+  if (c.num_heads > c.hidden_size || c.hidden_size % c.num_heads != 0) {
+    return r.Error("n_head", "must divide n_embd");
+  }
+  c.num_kv_heads = c.num_heads;
+  c.head_dim = c.hidden_size / c.num_heads;
+  c.tie_word_embeddings = true;  // GPT-2's lm_head is always wte.
+  c.attention_bias = true;
+  c.attention_out_bias = true;
+  c.mlp_bias = true;
+  c.rope_theta = 0;
+  MS_ASSIGN(c.bos_token_id, r.TokenId("bos_token_id"));
+  MS_ASSIGN(c.eos_token_id, r.TokenId("eos_token_id"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json) {
+  const std::string file = config_json.string();
+  std::ifstream in(config_json, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open"));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Json j = Json::parse(buf.str(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(file, ": not valid JSON"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
+
+  KeyReader r(j, file);
+  ModelConfig c;
+  MS_ASSIGN(c.model_type, r.String("model_type", std::nullopt));
+  MS_ASSIGN(c.torch_dtype, r.String("torch_dtype", std::string("float32")));
+  absl::Status s;
+  if (c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2") {
+    s = ParseLlamaFamily(r, c);
+  } else if (c.model_type == "gpt2") {
+    s = ParseGpt2(r, c);
+  } else {
+    return absl::UnimplementedError(
+        absl::StrCat(file, ": key \"model_type\" has unsupported value \"", c.model_type,
+                     "\" (supported: llama, mistral, qwen2, gpt2)"));
+  }
+  if (!s.ok()) return s;
+  return c;
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  // nlohmann's ordered_json keeps our key order, which makes the written files easy to read.
+  nlohmann::ordered_json j;
+  if (c.architecture == Architecture::kGpt2) {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["vocab_size"] = c.vocab_size;
+    j["n_embd"] = c.hidden_size;
+    j["n_layer"] = c.num_layers;
+    j["n_head"] = c.num_heads;
+    j["n_positions"] = c.max_position_embeddings;
+    j["n_ctx"] = c.max_position_embeddings;
+    j["n_inner"] = c.intermediate_size;
+    j["layer_norm_epsilon"] = c.norm_eps;
+    j["activation_function"] = "gelu_new";
+    j["tie_word_embeddings"] = true;
+  } else {
+    const std::string& mt = c.model_type.empty() ? std::string("llama") : c.model_type;
+    const char* arch = mt == "mistral" ? "MistralForCausalLM"
+                       : mt == "qwen2" ? "Qwen2ForCausalLM"
+                                       : "LlamaForCausalLM";
+    j["architectures"] = {arch};
+    j["model_type"] = mt;
+    j["vocab_size"] = c.vocab_size;
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_layers;
+    j["num_attention_heads"] = c.num_heads;
+    j["num_key_value_heads"] = c.num_kv_heads;
+    if (c.head_dim != 0 && c.head_dim * c.num_heads != c.hidden_size) j["head_dim"] = c.head_dim;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = nullptr;
+    j["hidden_act"] = "silu";
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    if (mt != "qwen2") {
+      j["attention_bias"] = c.attention_bias;
+      j["mlp_bias"] = c.mlp_bias;
+    }
+  }
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
+  j["torch_dtype"] = c.torch_dtype.empty() ? std::string("float32") : c.torch_dtype;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace manyshot
