@@ -6,6 +6,8 @@
 // attention pattern is ours to define; a window would only matter beyond max_position_embeddings.
 #include "engine/model/model_config.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -212,6 +214,17 @@ absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// The shortest decimal that reads back as `f`, as a double: 1e-5f is written "1e-05", not
+// "9.999999747378752e-06", so written configs look like HF's and round-trip exactly.
+double ShortestDecimal(float f) {
+  for (int precision = 1; precision <= 9; ++precision) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) return std::strtod(buf, nullptr);
+  }
+  return f;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json) {
@@ -255,7 +268,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     j["n_positions"] = c.max_position_embeddings;
     j["n_ctx"] = c.max_position_embeddings;
     j["n_inner"] = c.intermediate_size;
-    j["layer_norm_epsilon"] = c.norm_eps;
+    j["layer_norm_epsilon"] = ShortestDecimal(c.norm_eps);
     j["activation_function"] = "gelu_new";
     j["tie_word_embeddings"] = true;
   } else {
@@ -273,8 +286,8 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     j["num_key_value_heads"] = c.num_kv_heads;
     if (c.head_dim != 0 && c.head_dim * c.num_heads != c.hidden_size) j["head_dim"] = c.head_dim;
     j["max_position_embeddings"] = c.max_position_embeddings;
-    j["rms_norm_eps"] = c.norm_eps;
-    j["rope_theta"] = c.rope_theta;
+    j["rms_norm_eps"] = ShortestDecimal(c.norm_eps);
+    j["rope_theta"] = ShortestDecimal(c.rope_theta);
     j["rope_scaling"] = nullptr;
     j["hidden_act"] = "silu";
     j["tie_word_embeddings"] = c.tie_word_embeddings;

@@ -1,0 +1,252 @@
+// Tiny random models; see tiny_model.h.
+//
+// Weight scales are chosen so the models behave like trained ones in the ways the engine's tests
+// care about: logits with a standard deviation of about 2 (argmaxes are distinct and stable under
+// f32 rounding) and peaked, position-dependent attention. Embeddings and lm_head use
+// 2/sqrt(hidden) (the norms in front of them remove the scale anyway), projections 1/sqrt(fan_in),
+// query/key projections 1.5/sqrt(fan_in) to sharpen attention, norm weights 1 + 0.1 N(0,1) and
+// biases 0.1 N(0,1).
+#include "engine/model/tiny_model.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/tensor_names.h"
+#include "nlohmann/json.hpp"
+
+namespace manyshot {
+
+uint64_t NormalRng::NextU64() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double NormalRng::NextNormal() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  // u1 in (0, 1] so log(u1) is finite; 53 random bits each.
+  const double u1 = static_cast<double>((NextU64() >> 11) + 1) * 0x1.0p-53;
+  const double u2 = static_cast<double>(NextU64() >> 11) * 0x1.0p-53;
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  const double theta = 2.0 * M_PI * u2;
+  spare_ = r * std::sin(theta);
+  has_spare_ = true;
+  return r * std::cos(theta);
+}
+
+namespace {
+
+absl::Status Bad(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("tiny model spec: ", what));
+}
+
+bool IsLlamaFamily(const std::string& f) { return f == "llama" || f == "mistral" || f == "qwen2"; }
+
+absl::Status ValidateSpec(const TinyModelSpec& s) {
+  if (!IsLlamaFamily(s.family) && s.family != "gpt2") {
+    return Bad(absl::StrCat("unknown family \"", s.family, "\" (gpt2, llama, mistral, qwen2)"));
+  }
+  const int64_t kMaxDim = int64_t{1} << 20;
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", s.vocab_size},
+                         {"hidden_size", s.hidden_size},
+                         {"intermediate_size", s.intermediate_size},
+                         {"num_layers", s.num_layers},
+                         {"num_heads", s.num_heads},
+                         {"num_kv_heads", s.num_kv_heads},
+                         {"max_position_embeddings", s.max_position_embeddings}}) {
+    if (v <= 0 || v > kMaxDim) return Bad(absl::StrCat(name, " must be in [1, 2^20], got ", v));
+  }
+  if (s.hidden_size % s.num_heads != 0) return Bad("num_heads must divide hidden_size");
+  if (s.num_heads % s.num_kv_heads != 0) return Bad("num_kv_heads must divide num_heads");
+  if (s.family == "gpt2") {
+    if (s.num_kv_heads != s.num_heads) return Bad("gpt2 needs num_kv_heads == num_heads");
+    if (!s.tie_word_embeddings) return Bad("gpt2 always ties word embeddings");
+    if (!s.attention_bias) return Bad("gpt2 always has attention biases");
+  } else {
+    if ((s.hidden_size / s.num_heads) % 2 != 0) return Bad("head_dim must be even for RoPE");
+    if (!(s.rope_theta > 0)) return Bad("rope_theta must be positive");
+  }
+  if (s.family == "qwen2" && !s.attention_bias) return Bad("qwen2 always has q/k/v biases");
+  if (s.family == "mistral" && s.attention_bias) return Bad("mistral has no attention biases");
+  if (s.shards < 1 || s.shards > 64) return Bad("shards must be in [1, 64]");
+  return absl::OkStatus();
+}
+
+// splitmix64-style mixing of the model seed with a tensor name.
+uint64_t TensorSeed(uint64_t seed, const std::string& name) {
+  return HashBytes(reinterpret_cast<const std::byte*>(name.data()), name.size(), seed);
+}
+
+std::vector<float> Normal(uint64_t seed, const std::string& name, size_t n, double mean,
+                          double sd) {
+  NormalRng rng(TensorSeed(seed, name));
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(mean + sd * rng.NextNormal());
+  return v;
+}
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Chooses (mean, std) for a tensor from its role, which the name and rank tell.
+std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
+  const bool is_norm =
+      t.name.find("norm") != std::string::npos || t.name.find("ln_") != std::string::npos;
+  if (t.shape.size() == 1) {
+    if (is_norm && EndsWith(t.name, ".weight")) return {1.0, 0.1};
+    return {0.0, 0.1};  // biases, including LayerNorm's
+  }
+  const double emb = 2.0 / std::sqrt(static_cast<double>(c.hidden_size));
+  if (t.name == kLlamaEmbed || t.name == kLlamaLmHead || t.name == kGpt2Wte || t.name == kGpt2Wpe) {
+    return {0.0, emb};
+  }
+  // HF Linear weights are [out, in]; GPT-2 Conv1D weights are [in, out].
+  const int64_t fan_in = c.architecture == Architecture::kGpt2 ? t.shape[0] : t.shape[1];
+  double sd = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  if (t.name.find("q_proj") != std::string::npos || t.name.find("k_proj") != std::string::npos ||
+      t.name.find("c_attn") != std::string::npos) {
+    sd *= 1.5;
+  }
+  return {0.0, sd};
+}
+
+absl::Status CopyFile(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) return absl::InternalError(absl::StrCat("copy ", from.string(), ": ", ec.message()));
+  // Registry/shared tokenizer files can be read-only; the model dir should be ours to delete.
+  std::filesystem::permissions(to, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add, ec);
+  return absl::OkStatus();
+}
+
+absl::Status WriteText(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) return absl::InternalError(absl::StrCat(path.string(), ": write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
+  absl::Status st = ValidateSpec(spec);
+  if (!st.ok()) return st;
+  ModelConfig c;
+  c.model_type = spec.family;
+  c.vocab_size = spec.vocab_size;
+  c.hidden_size = spec.hidden_size;
+  c.intermediate_size = spec.intermediate_size;
+  c.num_layers = spec.num_layers;
+  c.num_heads = spec.num_heads;
+  c.num_kv_heads = spec.num_kv_heads;
+  c.head_dim = spec.hidden_size / spec.num_heads;
+  c.max_position_embeddings = spec.max_position_embeddings;
+  c.tie_word_embeddings = spec.tie_word_embeddings;
+  c.torch_dtype = spec.dtype == DType::kF32   ? "float32"
+                  : spec.dtype == DType::kF16 ? "float16"
+                                              : "bfloat16";
+  if (spec.family == "gpt2") {
+    c.architecture = Architecture::kGpt2;
+    c.norm_eps = 1e-5f;
+    c.hidden_act = "gelu_new";
+    c.attention_bias = c.attention_out_bias = c.mlp_bias = true;
+    c.rope_theta = 0;
+    c.bos_token_id = 50256;
+    c.eos_token_id = 50256;
+  } else {
+    c.architecture = Architecture::kLlama;
+    c.norm_eps = 1e-5f;
+    c.hidden_act = "silu";
+    c.rope_theta = spec.rope_theta;
+    c.attention_bias = spec.attention_bias;
+    c.attention_out_bias = spec.family == "llama" && spec.attention_bias;  // HF llama: q,k,v,o
+    c.bos_token_id = 1;
+    c.eos_token_id = 2;
+  }
+  return c;
+}
+
+absl::StatusOr<std::vector<TensorToWrite>> TinyModelTensors(const TinyModelSpec& spec) {
+  auto config = TinyModelConfig(spec);
+  if (!config.ok()) return config.status();
+  std::vector<TensorToWrite> out;
+  for (const ExpectedTensor& t : ExpectedTensors(*config)) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    auto [mean, sd] = Scale(*config, t);
+    out.push_back({t.name, spec.dtype, t.shape, Normal(spec.seed, t.name, n, mean, sd)});
+  }
+  return out;
+}
+
+absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::path& tokenizer_dir,
+                            const std::filesystem::path& out_dir) {
+  auto config = TinyModelConfig(spec);
+  if (!config.ok()) return config.status();
+  auto tensors = TinyModelTensors(spec);
+  if (!tensors.ok()) return tensors.status();
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(out_dir.string(), ": ", ec.message()));
+  // A previous run with a different shard count must not leave stale weight files behind.
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (EndsWith(name, ".safetensors") || name == "model.safetensors.index.json") {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+
+  absl::Status st = WriteText(out_dir / "config.json", ModelConfigToJson(*config));
+  if (!st.ok()) return st;
+  nlohmann::ordered_json gen;
+  gen["_from_model_config"] = true;
+  gen["bos_token_id"] = config->bos_token_id;
+  gen["eos_token_id"] = config->eos_token_id;
+  st = WriteText(out_dir / "generation_config.json", gen.dump(2) + "\n");
+  if (!st.ok()) return st;
+
+  nlohmann::ordered_json marker;
+  marker["note"] = "manyshot tiny model: RANDOM weights for tests, not a trained model";
+  marker["generator"] = "make-tiny-model";
+  nlohmann::ordered_json js;
+  js["family"] = spec.family;
+  js["vocab_size"] = spec.vocab_size;
+  js["hidden_size"] = spec.hidden_size;
+  js["intermediate_size"] = spec.intermediate_size;
+  js["num_layers"] = spec.num_layers;
+  js["num_heads"] = spec.num_heads;
+  js["num_kv_heads"] = spec.num_kv_heads;
+  js["max_position_embeddings"] = spec.max_position_embeddings;
+  js["tie_word_embeddings"] = spec.tie_word_embeddings;
+  js["attention_bias"] = spec.attention_bias;
+  js["dtype"] = std::string(DTypeName(spec.dtype));
+  js["shards"] = spec.shards;
+  js["seed"] = spec.seed;
+  js["rope_theta"] = spec.rope_theta;
+  marker["spec"] = js;
+  st = WriteText(out_dir / "manyshot_tiny_model.json", marker.dump(2) + "\n");
+  if (!st.ok()) return st;
+
+  for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model",
+                           "tokenizer_config.json", "special_tokens_map.json"}) {
+    if (tokenizer_dir.empty()) break;
+    const std::filesystem::path from = tokenizer_dir / name;
+    if (std::filesystem::is_regular_file(from, ec)) {
+      st = CopyFile(from, out_dir / name);
+      if (!st.ok()) return st;
+    }
+  }
+  return WriteModelSafetensors(out_dir, *tensors, spec.shards);
+}
+
+}  // namespace manyshot

@@ -1,0 +1,64 @@
+// Writes small Hugging Face model directories with deterministic random weights, in the real
+// formats (config.json, safetensors, tokenizer files), for tests and golden outputs. No weights
+// can be downloaded on the build machines, so these stand in for real checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/core/dtype.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors_writer.h"
+
+namespace manyshot {
+
+struct TinyModelSpec {
+  std::string family;  // "gpt2", "llama", "mistral", "qwen2"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;  // must be true for gpt2
+  bool attention_bias = false;       // gpt2 and qwen2: must be true; mistral: must be false
+  DType dtype = DType::kF32;
+  int shards = 1;
+  uint64_t seed = 0;
+  float rope_theta = 10000;
+};
+
+// The config.json contents the spec implies (validated: the same checks as ParseModelConfig).
+absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec);
+
+// The tensors, named and shaped per tensor_names, with values from a PRNG seeded by spec.seed and
+// each tensor's name (so adding a tensor never changes the others).
+absl::StatusOr<std::vector<TensorToWrite>> TinyModelTensors(const TinyModelSpec& spec);
+
+// Writes config.json, generation_config.json, model.safetensors (or shards + index),
+// manyshot_tiny_model.json (a marker: random weights, the spec) and copies tokenizer files found
+// in tokenizer_dir (tokenizer.json, vocab.json, merges.txt, tokenizer.model,
+// tokenizer_config.json, special_tokens_map.json) verbatim. Creates out_dir if needed.
+absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::path& tokenizer_dir,
+                            const std::filesystem::path& out_dir);
+
+// Deterministic standard normals: splitmix64 + Box-Muller, identical on every platform with
+// IEEE doubles (std::normal_distribution is implementation-defined).
+class NormalRng {
+ public:
+  explicit NormalRng(uint64_t seed) : state_(seed) {}
+  uint64_t NextU64();
+  double NextNormal();
+
+ private:
+  uint64_t state_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+}  // namespace manyshot
