@@ -1,0 +1,106 @@
+// manyshot-server: the gRPC service for many-shot in-context learning.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/logging.h"
+#include "server/server_app.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen_address, "127.0.0.1:50051",
+          "gRPC listen address host:port; port 0 picks a free port (see --port_file)");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
+          "Prometheus /metrics address host:port; port 0 picks a free port; empty disables");
+ABSL_FLAG(std::string, data_dir, "manyshot-data",
+          "Directory for the RocksDB store and the generated default model");
+ABSL_FLAG(std::string, model_dir, "",
+          "Hugging Face model directory to serve; empty serves the generated tiny default model "
+          "(random weights)");
+ABSL_FLAG(int, threads, 0, "Compute threads; 0 uses every core");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, "text", "text or json (one JSON object per line)");
+ABSL_FLAG(std::string, port_file, "",
+          "When set, the bound ports are written to this file as 'grpc=N' and 'metrics=M' lines "
+          "once the server is serving");
+ABSL_FLAG(int, shutdown_grace_seconds, 10,
+          "On SIGTERM/SIGINT, in-flight calls get this long to finish before being cancelled");
+ABSL_FLAG(uint64_t, max_message_bytes, 64ull << 20,
+          "Largest gRPC message accepted or sent, in bytes (big task uploads stream in chunks)");
+
+namespace {
+
+manyshot::server::ServerConfig ConfigFromFlags() {
+  manyshot::server::ServerConfig config;
+  config.listen_address = absl::GetFlag(FLAGS_listen_address);
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.data_dir = absl::GetFlag(FLAGS_data_dir);
+  config.model_dir = absl::GetFlag(FLAGS_model_dir);
+  config.threads = absl::GetFlag(FLAGS_threads);
+  config.log_level = absl::GetFlag(FLAGS_log_level);
+  config.log_format = absl::GetFlag(FLAGS_log_format);
+  config.port_file = absl::GetFlag(FLAGS_port_file);
+  config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  return config;
+}
+
+bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+  // Written to a temporary name and renamed, so a reader never sees a half-written file.
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "grpc=" << grpc_port << "\nmetrics=" << metrics_port << "\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "manyshot-server: many-shot in-context learning over gRPC.\n"
+      "  manyshot-server [--listen_address=127.0.0.1:50051] [--data_dir=manyshot-data] "
+      "[--model_dir=DIR]");
+  absl::ParseCommandLine(argc, argv);
+  manyshot::server::ServerConfig config = ConfigFromFlags();
+
+  if (auto status = manyshot::server::ConfigureLogging(config.log_level, config.log_format);
+      !status.ok()) {
+    std::fprintf(stderr, "manyshot-server: %s\n", std::string(status.message()).c_str());
+    return 2;
+  }
+
+  // Block the shutdown signals in every thread (gRPC's threads inherit this mask) and take them
+  // synchronously below, so shutdown runs on the main thread, never inside a signal handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto app = manyshot::server::ServerApp::Start(config);
+  if (!app.ok()) {
+    spdlog::critical("startup failed: {}", app.status().ToString());
+    return 1;
+  }
+  if (!config.port_file.empty() &&
+      !WritePortFile(config.port_file, (*app)->grpc_port(), (*app)->metrics_port())) {
+    spdlog::critical("cannot write --port_file={}", config.port_file);
+    return 1;
+  }
+
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("received {}, draining for up to {} s", received == SIGTERM ? "SIGTERM" : "SIGINT",
+               config.shutdown_grace_seconds);
+  (*app)->Shutdown(std::chrono::seconds(config.shutdown_grace_seconds));
+  app->reset();
+  spdlog::info("manyshot-server stopped");
+  return 0;
+}

@@ -1,0 +1,42 @@
+// The manyshot.v1.ManyShot gRPC service. Validates requests and hands them to the engine; methods
+// that the engine does not back yet answer UNIMPLEMENTED naming what is missing.
+#pragma once
+
+#include <chrono>
+
+#include "manyshot/v1/manyshot.grpc.pb.h"
+#include "server/server_config.h"
+
+namespace manyshot::server {
+
+class ManyShotService final : public manyshot::v1::ManyShot::Service {
+ public:
+  explicit ManyShotService(const ServerConfig& config);
+
+  grpc::Status CreateTask(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CreateTaskResponse, v1::CreateTaskRequest>* stream) override;
+  grpc::Status GetTask(grpc::ServerContext* context, const v1::GetTaskRequest* request,
+                       v1::Task* response) override;
+  grpc::Status ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
+                         v1::ListTasksResponse* response) override;
+  grpc::Status DeleteTask(grpc::ServerContext* context, const v1::DeleteTaskRequest* request,
+                          v1::DeleteTaskResponse* response) override;
+  grpc::Status Classify(grpc::ServerContext* context, const v1::ClassifyRequest* request,
+                        v1::ClassifyResponse* response) override;
+  grpc::Status StreamClassify(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::ClassifyResponse, v1::ClassifyRequest>* stream) override;
+  grpc::Status Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
+                     v1::ScoreResponse* response) override;
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* context, const v1::GetServerInfoRequest* request,
+                             v1::ServerInfo* response) override;
+
+ private:
+  ServerConfig config_;
+  std::chrono::system_clock::time_point start_time_;
+};
+
+}  // namespace manyshot::server

@@ -1,0 +1,34 @@
+// The Prometheus registry and its HTTP endpoint. Every metric the server exports is created here
+// (or registered into `registry()`), named manyshot_* in base units.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+
+namespace manyshot::server {
+
+class ProcessMetrics;
+
+class Metrics {
+ public:
+  // Starts serving /metrics on `address` (host:port, port 0 = ephemeral); "" serves nothing.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& address);
+  ~Metrics();
+
+  prometheus::Registry& registry() { return *registry_; }
+  // The bound port, or 0 when not serving.
+  int port() const { return port_; }
+
+ private:
+  Metrics() = default;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<ProcessMetrics> process_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace manyshot::server

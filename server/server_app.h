@@ -1,0 +1,39 @@
+// The whole server as one object: data directory, metrics endpoint, gRPC server with the ManyShot
+// service, health and reflection. main.cc owns one; tests may too.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/data_dir.h"
+#include "server/manyshot_service.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+
+namespace manyshot::server {
+
+class ServerApp {
+ public:
+  static absl::StatusOr<std::unique_ptr<ServerApp>> Start(const ServerConfig& config);
+  ~ServerApp();
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_->port(); }
+
+  // Health turns NOT_SERVING, new calls are refused, in-flight calls get `grace` to finish and
+  // are then cancelled. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  ServerApp() = default;
+  ServerConfig config_;
+  std::unique_ptr<DataDir> data_dir_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<ManyShotService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int grpc_port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace manyshot::server

@@ -1,0 +1,82 @@
+#include "tests/integration/server_under_test.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <thread>
+
+#include "grpcpp/create_channel.h"
+
+namespace manyshot::testing {
+
+std::string ServerBinary() { return std::string(MANYSHOT_BINARY_DIR) + "/server/manyshot-server"; }
+std::string CliBinary() { return std::string(MANYSHOT_BINARY_DIR) + "/client/manyshot"; }
+
+ServerUnderTest::ServerUnderTest(const std::filesystem::path& data_dir,
+                                 const std::vector<std::string>& extra_flags,
+                                 std::chrono::seconds startup_timeout) {
+  std::filesystem::create_directories(data_dir);
+  auto port_file = data_dir.parent_path() / (data_dir.filename().string() + ".ports");
+  std::filesystem::remove(port_file);
+  stderr_path_ = data_dir.parent_path() / (data_dir.filename().string() + ".stderr");
+  std::vector<std::string> argv = {
+      ServerBinary(), "--listen_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
+      "--data_dir=" + data_dir.string(), "--port_file=" + port_file.string()};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  process_ =
+      std::make_unique<Subprocess>(argv, data_dir.parent_path() / "server.stdout", stderr_path_);
+  auto deadline = std::chrono::steady_clock::now() + startup_timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(port_file)) {
+      std::istringstream in(ReadFile(port_file));
+      for (std::string line; std::getline(in, line);) {
+        if (line.rfind("grpc=", 0) == 0) grpc_port_ = std::stoi(line.substr(5));
+        if (line.rfind("metrics=", 0) == 0) metrics_port_ = std::stoi(line.substr(8));
+      }
+      return;
+    }
+    if (process_->Wait(std::chrono::milliseconds(0))) return;  // exited early: not started
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::shared_ptr<grpc::Channel> ServerUnderTest::Channel() const {
+  return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+}
+
+HttpResponse HttpGet(int port, const std::string& path) {
+  HttpResponse response;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return response;
+  }
+  std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return response;
+  }
+  std::string raw;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, static_cast<size_t>(n));
+  close(fd);
+  auto header_end = raw.find("\r\n\r\n");
+  if (header_end == std::string::npos) return response;
+  std::istringstream headers(raw.substr(0, header_end));
+  std::string http_version;
+  headers >> http_version >> response.status;
+  for (std::string line; std::getline(headers, line);) {
+    if (line.rfind("Content-Type:", 0) == 0) response.content_type = line.substr(14);
+  }
+  response.body = raw.substr(header_end + 4);
+  return response;
+}
+
+}  // namespace manyshot::testing

@@ -1,0 +1,47 @@
+// The real manyshot-server binary on 127.0.0.1 with ephemeral gRPC and metrics ports.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpcpp/channel.h"
+#include "tests/integration/subprocess.h"
+
+namespace manyshot::testing {
+
+std::string ServerBinary();  // build/server/manyshot-server
+std::string CliBinary();     // build/client/manyshot
+
+class ServerUnderTest {
+ public:
+  // Starts the server with --data_dir=data_dir and extra flags; waits until it has written its
+  // port file (fails the test after `startup_timeout`).
+  ServerUnderTest(const std::filesystem::path& data_dir,
+                  const std::vector<std::string>& extra_flags,
+                  std::chrono::seconds startup_timeout = std::chrono::seconds(60));
+
+  bool started() const { return grpc_port_ > 0; }
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  std::shared_ptr<grpc::Channel> Channel() const;
+  Subprocess& process() { return *process_; }
+  std::string Stderr() const { return ReadFile(stderr_path_); }
+
+ private:
+  std::filesystem::path stderr_path_;
+  std::unique_ptr<Subprocess> process_;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+};
+
+// A plain HTTP/1.0 GET to 127.0.0.1:port; returns the body ("" on failure) and the status code.
+struct HttpResponse {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+HttpResponse HttpGet(int port, const std::string& path);
+
+}  // namespace manyshot::testing

@@ -1,0 +1,109 @@
+#include "tests/integration/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace manyshot::testing {
+namespace {
+
+int DecodeStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+Subprocess::Subprocess(const std::vector<std::string>& argv,
+                       const std::filesystem::path& stdout_path,
+                       const std::filesystem::path& stderr_path) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int in = ::open("/dev/null", O_RDONLY);
+    dup2(out, 1);
+    dup2(err, 2);
+    dup2(in, 0);
+    // The test runner may block signals; the child must start with a clean mask.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Subprocess::~Subprocess() {
+  if (pid_ > 0 && !exit_status_) {
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+}
+
+bool Subprocess::Signal(int signal) const { return pid_ > 0 && kill(pid_, signal) == 0; }
+
+std::optional<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
+  if (exit_status_) return exit_status_;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      exit_status_ = DecodeStatus(status);
+      return exit_status_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::filesystem::path& work_dir, std::chrono::milliseconds timeout) {
+  static int counter = 0;
+  std::string stem = "cmd" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  auto out_path = work_dir / (stem + ".out");
+  auto err_path = work_dir / (stem + ".err");
+  CommandResult result;
+  {
+    Subprocess process(argv, out_path, err_path);
+    auto status = process.Wait(timeout);
+    result.exit_status = status.value_or(-1);
+  }
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  return result;
+}
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base ? base : "/tmp") + "/manyshot-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  path_ = mkdtemp(buf.data());
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace manyshot::testing

@@ -1,0 +1,56 @@
+// Starting and stopping real binaries (the server, the CLI) from tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace manyshot::testing {
+
+// A child process with stdout and stderr sent to files. The destructor kills it if still running.
+class Subprocess {
+ public:
+  Subprocess(const std::vector<std::string>& argv, const std::filesystem::path& stdout_path,
+             const std::filesystem::path& stderr_path);
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool Signal(int signal) const;
+  // The exit status (0-255, or 128+signal when killed) or nullopt on timeout.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_status_;
+};
+
+// Runs a command to completion; returns its exit status and stdout.
+struct CommandResult {
+  int exit_status = -1;
+  std::string out;
+  std::string err;
+};
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::filesystem::path& work_dir,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+std::string ReadFile(const std::filesystem::path& path);
+
+// A fresh empty directory under the test temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace manyshot::testing
