@@ -1,0 +1,27 @@
+// A Llama-style SentencePiece model for tests and tools: the real Llama-2 tokenizer.model when
+// the shared data directory has it, else a small BPE model with byte fallback trained
+// deterministically on the committed parity sentences (so tests run on a fresh machine too).
+#ifndef MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
+#define MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
+
+#include <filesystem>
+
+#include "absl/status/statusor.h"
+
+namespace manyshot {
+
+// shared_dir/tokenizers/llama2/tokenizer.model if it exists. Otherwise trains (once; a later
+// call reuses work_dir/llama_style_sp/tokenizer.model) a BPE model with Llama-2's settings
+// (identity normalization, dummy prefix, no whitespace folding, digits split, byte fallback,
+// <unk>=0 <s>=1 </s>=2) and a vocabulary of about 4000 on training_text, a file of sentences.
+absl::StatusOr<std::filesystem::path> FindOrTrainLlamaTokenizerModel(
+    const std::filesystem::path& shared_dir, const std::filesystem::path& work_dir,
+    const std::filesystem::path& training_text);
+
+// The same, with training_text = <source_dir>/tests/data/tokenizer/parity_sentences.txt.
+absl::StatusOr<std::filesystem::path> FindOrTrainLlamaTokenizerModel(
+    const std::filesystem::path& shared_dir, const std::filesystem::path& work_dir);
+
+}  // namespace manyshot
+
+#endif  // MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
