@@ -33,7 +33,9 @@ std::vector<std::string> Mutations(const std::string& original, int count, uint3
         break;
       case 1:  // flip a few bytes
         for (int k = 0; k < 1 + i % 4 && !m.empty(); ++k) {
-          m[rng() % m.size()] = static_cast<char>(rng());
+          // Every other case flips to printable ASCII, which often keeps JSON well formed and
+          // so reaches the loaders' checks behind the parser.
+          m[rng() % m.size()] = static_cast<char>(i % 2 ? 0x20 + rng() % 95 : rng());
         }
         break;
       case 2: {  // random bytes spliced in
