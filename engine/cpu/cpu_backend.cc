@@ -1,0 +1,255 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/vector_math.h"
+
+namespace manyshot {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+int ResolveThreads(int threads) {
+  if (threads > 0) return threads;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Rows per parallel chunk for row-wise elementwise ops: small ops stay on one thread.
+int64_t MinRowsPerThread(int64_t row_elems) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems));
+}
+
+template <typename Fn>
+void ParallelRows(ThreadPool& pool, int64_t rows, int64_t row_elems, Fn&& fn) {
+  if (rows <= MinRowsPerThread(row_elems)) {
+    fn(0, rows);
+  } else {
+    pool.ParallelFor(rows, fn);
+  }
+}
+
+}  // namespace
+
+std::string BlasKernelName() {
+  const char* core = openblas_get_corename();
+  return core ? core : "unknown";
+}
+
+CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<ThreadPool>(ResolveThreads(threads))) {
+  // Our pool partitions every GEMM; OpenBLAS must not start threads of its own.
+  openblas_set_num_threads(1);
+}
+
+std::string CpuBackend::description() const {
+  return absl::StrCat("host CPU, ", pool_->size(), " threads, OpenBLAS ", BlasKernelName());
+}
+
+Tensor CpuBackend::Allocate(DType dtype, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  size_t bytes = std::max<size_t>(kAlignment, static_cast<size_t>(n) * DTypeSize(dtype));
+  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, bytes);
+  if (data == nullptr) throw std::bad_alloc();
+  auto buffer =
+      std::make_shared<Buffer>(data, bytes, Device::kCPU, [](void* p, size_t) { std::free(p); });
+  return Tensor(std::move(buffer), dtype, std::move(shape));
+}
+
+void CpuBackend::CopyFromHost(const void* src, const Tensor& dst) {
+  std::memcpy(dst.raw(), src, dst.bytes());
+}
+
+void CpuBackend::CopyToHost(const Tensor& src, void* dst) {
+  std::memcpy(dst, src.raw(), src.bytes());
+}
+
+void CpuBackend::Copy(const Tensor& src, const Tensor& dst) {
+  std::memcpy(dst.raw(), src.raw(), std::min(src.bytes(), dst.bytes()));
+}
+
+void CpuBackend::Embedding(absl::Span<const int32_t> ids, const Tensor& table, const Tensor& out,
+                           bool accumulate) {
+  const int64_t hidden = table.dim(1);
+  const float* t = table.data<float>();
+  float* o = out.data<float>();
+  ParallelRows(*pool_, static_cast<int64_t>(ids.size()), hidden, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* src = t + static_cast<int64_t>(ids[r]) * hidden;
+      float* dst = o + r * hidden;
+      if (accumulate) {
+        for (int64_t i = 0; i < hidden; ++i) dst[i] += src[i];
+      } else {
+        std::memcpy(dst, src, hidden * sizeof(float));
+      }
+    }
+  });
+}
+
+void CpuBackend::GatherRows(const Tensor& x, absl::Span<const int64_t> rows, const Tensor& out) {
+  const size_t row_bytes = x.RowBytes();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes,
+                static_cast<const char*>(x.raw()) + rows[r] * row_bytes, row_bytes);
+  }
+}
+
+void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  const int64_t n = x.dim(x.rank() - 1);
+  const int64_t rows = x.numel() / n;
+  const float* w = weight.data<float>();
+  ParallelRows(*pool_, rows, n, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x.data<float>() + r * n;
+      float* orow = out.data<float>() + r * n;
+      float ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+      float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+      for (int64_t i = 0; i < n; ++i) orow[i] = xr[i] * inv * w[i];
+    }
+  });
+}
+
+void CpuBackend::LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                           const Tensor& out) {
+  const int64_t n = x.dim(x.rank() - 1);
+  const int64_t rows = x.numel() / n;
+  const float* w = weight.data<float>();
+  const float* bi = bias.data<float>();
+  ParallelRows(*pool_, rows, n, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x.data<float>() + r * n;
+      float* orow = out.data<float>() + r * n;
+      float mean = 0;
+      for (int64_t i = 0; i < n; ++i) mean += xr[i];
+      mean /= static_cast<float>(n);
+      float var = 0;
+      for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+      for (int64_t i = 0; i < n; ++i) orow[i] = (xr[i] - mean) * inv * w[i] + bi[i];
+    }
+  });
+}
+
+void CpuBackend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                        const Tensor& bias, const Tensor& out) {
+  const int64_t rows = x.numel() / x.dim(x.rank() - 1);
+  const int64_t in = x.dim(x.rank() - 1);
+  const int64_t out_features = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
+  const float* xp = x.data<float>();
+  const float* wp = weight.data<float>();
+  float* op = out.data<float>();
+  const float* bp = bias.defined() ? bias.data<float>() : nullptr;
+  // Each thread computes a slice of output columns over all rows: it reads all of x (small) and
+  // only its share of the weights (large), which is what bounds decode.
+  const int64_t col_block = 16;
+  const int64_t blocks = (out_features + col_block - 1) / col_block;
+  pool_->ParallelFor(blocks, [&](int64_t b0, int64_t b1) {
+    int64_t c0 = b0 * col_block;
+    int64_t c1 = std::min(out_features, b1 * col_block);
+    int64_t cols = c1 - c0;
+    if (layout == WeightLayout::kOutIn) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                  static_cast<int>(cols), static_cast<int>(in), 1.0f, xp, static_cast<int>(in),
+                  wp + c0 * in, static_cast<int>(in), 0.0f, op + c0,
+                  static_cast<int>(out_features));
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(cols), static_cast<int>(in), 1.0f, xp, static_cast<int>(in),
+                  wp + c0, static_cast<int>(out_features), 0.0f, op + c0,
+                  static_cast<int>(out_features));
+    }
+    if (bp != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = op + r * out_features;
+        for (int64_t c = c0; c < c1; ++c) orow[c] += bp[c];
+      }
+    }
+  });
+}
+
+void CpuBackend::Rope(const Tensor& x, absl::Span<const int32_t> positions, float theta) {
+  const int64_t tokens = x.dim(0);
+  const int64_t heads = x.dim(1);
+  const int64_t dim = x.dim(2);
+  const int64_t half = dim / 2;
+  // inv_freq[i] = theta^(-2i/dim), computed in double as the reference does, then rounded.
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / dim);
+  }
+  ParallelRows(*pool_, tokens, heads * dim, [&](int64_t b, int64_t e) {
+    std::vector<float> cos_v(half), sin_v(half);
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        double angle = static_cast<double>(positions[t]) * inv_freq[i];
+        cos_v[i] = static_cast<float>(std::cos(angle));
+        sin_v[i] = static_cast<float>(std::sin(angle));
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x.data<float>() + (t * heads + h) * dim;
+        for (int64_t i = 0; i < half; ++i) {
+          float a = v[i];
+          float c = v[i + half];
+          v[i] = a * cos_v[i] - c * sin_v[i];
+          v[i + half] = c * cos_v[i] + a * sin_v[i];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::GeluTanh(const Tensor& x) {
+  const int64_t n = x.numel();
+  float* p = x.data<float>();
+  ParallelRows(*pool_, n / 1024 + 1, 1024, [&](int64_t b, int64_t e) {
+    int64_t end = std::min(n, e * 1024);
+    for (int64_t i = b * 1024; i < end; ++i) p[i] = vmath::GeluTanh(p[i]);
+  });
+}
+
+void CpuBackend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
+  const int64_t rows = gate_up.dim(0);
+  const int64_t inter = out.numel() / rows;
+  ParallelRows(*pool_, rows, inter, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate_up.data<float>() + r * 2 * inter;
+      const float* u = g + inter;
+      float* o = out.data<float>() + r * inter;
+      for (int64_t i = 0; i < inter; ++i) o[i] = vmath::Silu(g[i]) * u[i];
+    }
+  });
+}
+
+void CpuBackend::SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t rows = qkv.dim(0);
+  const int64_t nq = q.numel() / rows, nk = k.numel() / rows, nv = v.numel() / rows;
+  ParallelRows(*pool_, rows, nq + nk + nv, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* src = qkv.data<float>() + r * (nq + nk + nv);
+      std::memcpy(q.data<float>() + r * nq, src, nq * sizeof(float));
+      std::memcpy(k.data<float>() + r * nk, src + nq, nk * sizeof(float));
+      std::memcpy(v.data<float>() + r * nv, src + nq + nk, nv * sizeof(float));
+    }
+  });
+}
+
+void CpuBackend::Add(const Tensor& x, const Tensor& y) {
+  const int64_t n = x.numel();
+  float* xp = x.data<float>();
+  const float* yp = y.data<float>();
+  ParallelRows(*pool_, n / 1024 + 1, 1024, [&](int64_t b, int64_t e) {
+    int64_t end = std::min(n, e * 1024);
+    for (int64_t i = b * 1024; i < end; ++i) xp[i] += yp[i];
+  });
+}
+
+}  // namespace manyshot

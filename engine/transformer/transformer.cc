@@ -1,0 +1,336 @@
+#include "engine/transformer/transformer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/tensor_names.h"
+
+namespace manyshot {
+
+struct Transformer::Layer {
+  Tensor attn_norm_w, attn_norm_b;
+  Tensor qkv_w, qkv_b;  // fused q | k | v
+  Tensor o_w, o_b;
+  Tensor mlp_norm_w, mlp_norm_b;
+  Tensor up_w, up_b;  // Llama: fused gate | up [2I, H]; GPT-2: c_fc [H, I]
+  Tensor down_w, down_b;
+};
+
+namespace {
+
+// Reads tensors from a checkpoint into backend tensors, fusing several checkpoint tensors along
+// the output dimension where the forward pass wants one GEMM.
+class WeightReader {
+ public:
+  WeightReader(const SafetensorsArchive& archive, Architecture arch, Backend& backend)
+      : archive_(archive), arch_(arch), backend_(backend) {}
+
+  absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape) {
+    return Fuse({{std::string(name), shape}}, /*concat_rows=*/true);
+  }
+  bool Has(std::string_view name) const {
+    return FindModelTensor(archive_, arch_, name) != nullptr;
+  }
+
+  // Concatenates tensors: along rows (dim 0) when concat_rows, else along the last dimension
+  // (for [in, out] layouts where the output dimension is last).
+  absl::StatusOr<Tensor> Fuse(
+      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts, bool concat_rows) {
+    std::vector<int64_t> shape = parts.front().second;
+    int64_t total_last = 0;
+    int64_t total_rows = 0;
+    for (const auto& [name, s] : parts) {
+      total_rows += s[0];
+      total_last += s.back();
+    }
+    if (concat_rows) {
+      shape[0] = total_rows;
+    } else {
+      shape.back() = total_last;
+    }
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> host(numel);
+    if (concat_rows) {
+      int64_t offset = 0;
+      for (const auto& [name, s] : parts) {
+        auto status = ReadModelTensorF32(archive_, arch_, name, s, host.data() + offset);
+        if (!status.ok()) return status;
+        int64_t n = 1;
+        for (int64_t d : s) n *= d;
+        offset += n;
+      }
+    } else {
+      int64_t col = 0;
+      const int64_t rows = numel / total_last;
+      for (const auto& [name, s] : parts) {
+        int64_t n = 1;
+        for (int64_t d : s) n *= d;
+        std::vector<float> part(n);
+        auto status = ReadModelTensorF32(archive_, arch_, name, s, part.data());
+        if (!status.ok()) return status;
+        const int64_t width = s.back();
+        for (int64_t r = 0; r < rows; ++r) {
+          std::copy(part.begin() + r * width, part.begin() + (r + 1) * width,
+                    host.begin() + r * total_last + col);
+        }
+        col += width;
+      }
+    }
+    Tensor t = backend_.Allocate(DType::kF32, shape);
+    backend_.CopyFromHost(host.data(), t);
+    return t;
+  }
+
+ private:
+  const SafetensorsArchive& archive_;
+  Architecture arch_;
+  Backend& backend_;
+};
+
+#define MANYSHOT_ASSIGN(lhs, expr)                              \
+  do {                                                          \
+    auto manyshot_result = (expr);                              \
+    if (!manyshot_result.ok()) return manyshot_result.status(); \
+    lhs = *std::move(manyshot_result);                          \
+  } while (0)
+
+}  // namespace
+
+Transformer::~Transformer() = default;
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
+    const std::filesystem::path& model_dir, Backend& backend) {
+  std::unique_ptr<Transformer> model(new Transformer());
+  model->backend_ = &backend;
+  auto config = ParseModelConfig(model_dir / "config.json");
+  if (!config.ok()) return config.status();
+  model->config_ = *config;
+  auto status = model->LoadWeights(model_dir);
+  if (!status.ok()) return status;
+  return model;
+}
+
+absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
+  auto archive_or = SafetensorsArchive::Open(model_dir);
+  if (!archive_or.ok()) return archive_or.status();
+  const SafetensorsArchive& archive = *archive_or;
+  const ModelConfig& c = config_;
+  fingerprint_ = absl::StrCat(archive.fingerprint(), "-",
+                              std::hash<std::string>{}(ModelConfigToJson(c)) % 1000000007);
+  WeightReader reader(archive, c.architecture, *backend_);
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q_out = c.num_heads * D, kv_out = c.num_kv_heads * D;
+  if (c.architecture == Architecture::kLlama) {
+    if (const TensorInfo* e = FindModelTensor(archive, c.architecture, kLlamaEmbed)) {
+      stored_dtype_ = e->dtype;
+    }
+    MANYSHOT_ASSIGN(embed_, reader.Read(kLlamaEmbed, {V, H}));
+    MANYSHOT_ASSIGN(final_norm_w_, reader.Read(kLlamaFinalNorm, {H}));
+    if (c.tie_word_embeddings || !reader.Has(kLlamaLmHead)) {
+      if (!c.tie_word_embeddings) {
+        return absl::NotFoundError(absl::StrCat(model_dir.string(), ": tensor ",
+                                                std::string(kLlamaLmHead),
+                                                " is missing and tie_word_embeddings is false"));
+      }
+      lm_head_ = embed_;
+    } else {
+      MANYSHOT_ASSIGN(lm_head_, reader.Read(kLlamaLmHead, {V, H}));
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      auto layer = std::make_unique<Layer>();
+      LlamaLayerNames n = LlamaLayer(l);
+      MANYSHOT_ASSIGN(layer->attn_norm_w, reader.Read(n.attn_norm, {H}));
+      MANYSHOT_ASSIGN(layer->mlp_norm_w, reader.Read(n.mlp_norm, {H}));
+      MANYSHOT_ASSIGN(
+          layer->qkv_w,
+          reader.Fuse({{n.q, {q_out, H}}, {n.k, {kv_out, H}}, {n.v, {kv_out, H}}}, true));
+      if (c.attention_bias) {
+        MANYSHOT_ASSIGN(
+            layer->qkv_b,
+            reader.Fuse({{n.q_bias, {q_out}}, {n.k_bias, {kv_out}}, {n.v_bias, {kv_out}}}, true));
+      }
+      MANYSHOT_ASSIGN(layer->o_w, reader.Read(n.o, {H, q_out}));
+      if (c.attention_out_bias) MANYSHOT_ASSIGN(layer->o_b, reader.Read(n.o_bias, {H}));
+      MANYSHOT_ASSIGN(layer->up_w, reader.Fuse({{n.gate, {I, H}}, {n.up, {I, H}}}, true));
+      if (c.mlp_bias) {
+        MANYSHOT_ASSIGN(layer->up_b, reader.Fuse({{n.gate_bias, {I}}, {n.up_bias, {I}}}, true));
+        MANYSHOT_ASSIGN(layer->down_b, reader.Read(n.down_bias, {H}));
+      }
+      MANYSHOT_ASSIGN(layer->down_w, reader.Read(n.down, {H, I}));
+      layers_.push_back(std::move(layer));
+    }
+  } else {
+    if (const TensorInfo* e = FindModelTensor(archive, c.architecture, kGpt2Wte)) {
+      stored_dtype_ = e->dtype;
+    }
+    MANYSHOT_ASSIGN(embed_, reader.Read(kGpt2Wte, {V, H}));
+    MANYSHOT_ASSIGN(positions_, reader.Read(kGpt2Wpe, {c.max_position_embeddings, H}));
+    MANYSHOT_ASSIGN(final_norm_w_, reader.Read(kGpt2FinalNormWeight, {H}));
+    MANYSHOT_ASSIGN(final_norm_b_, reader.Read(kGpt2FinalNormBias, {H}));
+    lm_head_ = embed_;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      auto layer = std::make_unique<Layer>();
+      Gpt2LayerNames n = Gpt2Layer(l);
+      MANYSHOT_ASSIGN(layer->attn_norm_w, reader.Read(n.ln_1_weight, {H}));
+      MANYSHOT_ASSIGN(layer->attn_norm_b, reader.Read(n.ln_1_bias, {H}));
+      MANYSHOT_ASSIGN(layer->qkv_w, reader.Read(n.c_attn_weight, {H, 3 * H}));
+      MANYSHOT_ASSIGN(layer->qkv_b, reader.Read(n.c_attn_bias, {3 * H}));
+      MANYSHOT_ASSIGN(layer->o_w, reader.Read(n.attn_proj_weight, {H, H}));
+      MANYSHOT_ASSIGN(layer->o_b, reader.Read(n.attn_proj_bias, {H}));
+      MANYSHOT_ASSIGN(layer->mlp_norm_w, reader.Read(n.ln_2_weight, {H}));
+      MANYSHOT_ASSIGN(layer->mlp_norm_b, reader.Read(n.ln_2_bias, {H}));
+      MANYSHOT_ASSIGN(layer->up_w, reader.Read(n.c_fc_weight, {H, I}));
+      MANYSHOT_ASSIGN(layer->up_b, reader.Read(n.c_fc_bias, {I}));
+      MANYSHOT_ASSIGN(layer->down_w, reader.Read(n.mlp_proj_weight, {I, H}));
+      MANYSHOT_ASSIGN(layer->down_b, reader.Read(n.mlp_proj_bias, {H}));
+      layers_.push_back(std::move(layer));
+    }
+  }
+  return absl::OkStatus();
+}
+
+KvCache Transformer::NewCache(int64_t capacity) const {
+  return KvCache(*backend_, config_.num_layers, config_.num_kv_heads, config_.head_dim,
+                 std::max<int64_t>(1, capacity));
+}
+
+absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSequence> sequences,
+                                                   const ContextKv* context) const {
+  const ModelConfig& c = config_;
+  const bool llama = c.architecture == Architecture::kLlama;
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads;
+
+  // Flatten the batch and validate.
+  std::vector<int32_t> ids, positions;
+  std::vector<int64_t> begins;
+  std::vector<int64_t> logit_rows;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const ForwardSequence& seq = sequences[s];
+    if (seq.cache == nullptr) return absl::InvalidArgumentError("sequence without a KV cache");
+    if (seq.positions.size() != seq.tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": ", seq.tokens.size(),
+                                                     " tokens but ", seq.positions.size(),
+                                                     " positions"));
+    }
+    begins.push_back(static_cast<int64_t>(ids.size()));
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s, " token ", i, ": id ", seq.tokens[i],
+                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+      if (seq.positions[i] < 0 || (!llama && seq.positions[i] >= c.max_position_embeddings)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s, " token ", i, ": position ", seq.positions[i],
+                         " is outside [0, ", c.max_position_embeddings, ") for this model"));
+      }
+    }
+    for (int64_t r : seq.logit_rows) {
+      if (r < 0 || r >= static_cast<int64_t>(seq.tokens.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s, ": logit row ", r, " is not one of its tokens"));
+      }
+      logit_rows.push_back(begins.back() + r);
+    }
+    ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
+    positions.insert(positions.end(), seq.positions.begin(), seq.positions.end());
+    seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ForwardResult result;
+  result.vocab_size = c.vocab_size;
+  if (T == 0) return result;
+
+  Backend& b = *backend_;
+  Tensor x = b.Allocate(DType::kF32, {T, H});
+  Tensor h = b.Allocate(DType::kF32, {T, H});
+  Tensor qkv = b.Allocate(DType::kF32, {T, (heads + 2 * kv_heads) * D});
+  Tensor q = b.Allocate(DType::kF32, {T, heads, D});
+  Tensor k = b.Allocate(DType::kF32, {T, kv_heads, D});
+  Tensor v = b.Allocate(DType::kF32, {T, kv_heads, D});
+  Tensor attn = b.Allocate(DType::kF32, {T, heads, D});
+  Tensor up = b.Allocate(DType::kF32, {T, llama ? 2 * I : I});
+  Tensor act = llama ? b.Allocate(DType::kF32, {T, I}) : up;
+  const WeightLayout layout = llama ? WeightLayout::kOutIn : WeightLayout::kInOut;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  b.Embedding(ids, embed_, x, /*accumulate=*/false);
+  if (!llama) b.Embedding(positions, positions_, x, /*accumulate=*/true);
+
+  std::vector<AttentionSequence> attn_seqs(sequences.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = *layers_[l];
+    if (llama) {
+      b.RmsNorm(x, w.attn_norm_w, c.norm_eps, h);
+    } else {
+      b.LayerNorm(x, w.attn_norm_w, w.attn_norm_b, c.norm_eps, h);
+    }
+    b.Linear(h, w.qkv_w, layout, w.qkv_b, qkv);
+    b.SplitQkv(qkv, q, k, v);
+    if (llama) {
+      b.Rope(q, positions, c.rope_theta);
+      b.Rope(k, positions, c.rope_theta);
+    }
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      const ForwardSequence& seq = sequences[s];
+      const int64_t n = static_cast<int64_t>(seq.tokens.size());
+      seq.cache->Write(static_cast<int64_t>(l), k.Rows(begins[s], begins[s] + n),
+                       v.Rows(begins[s], begins[s] + n));
+      AttentionSequence& a = attn_seqs[s];
+      a.q_begin = begins[s];
+      a.q_len = n;
+      a.k = &seq.cache->k(static_cast<int64_t>(l));
+      a.v = &seq.cache->v(static_cast<int64_t>(l));
+      a.kv_len = seq.cache->length() + n;
+      a.own_log_weight = seq.own_log_weight;
+      a.weighted_from = seq.weighted_from;
+      a.context_from = seq.context_from;
+    }
+    AttentionContext ctx;
+    if (context != nullptr) {
+      ctx.k = &context->k[l];
+      ctx.v = &context->v[l];
+      ctx.len = context->len;
+      ctx.log_weight = context->log_weight;
+    }
+    b.Attention(q, attn_seqs, context ? &ctx : nullptr, scale, attn, Tensor());
+    b.Linear(attn.Reshape({T, heads * D}), w.o_w, layout, w.o_b, h);
+    b.Add(x, h);
+    if (llama) {
+      b.RmsNorm(x, w.mlp_norm_w, c.norm_eps, h);
+      b.Linear(h, w.up_w, layout, w.up_b, up);
+      b.SwiGlu(up, act);
+    } else {
+      b.LayerNorm(x, w.mlp_norm_w, w.mlp_norm_b, c.norm_eps, h);
+      b.Linear(h, w.up_w, layout, w.up_b, up);
+      b.GeluTanh(up);
+    }
+    b.Linear(act, w.down_w, layout, w.down_b, h);
+    b.Add(x, h);
+  }
+  for (const ForwardSequence& seq : sequences) {
+    seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
+  }
+  if (logit_rows.empty()) return result;
+
+  // Final norm and the vocabulary projection, for the requested rows only.
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  Tensor picked = b.Allocate(DType::kF32, {R, H});
+  Tensor normed = b.Allocate(DType::kF32, {R, H});
+  b.GatherRows(x, logit_rows, picked);
+  if (llama) {
+    b.RmsNorm(picked, final_norm_w_, c.norm_eps, normed);
+  } else {
+    b.LayerNorm(picked, final_norm_w_, final_norm_b_, c.norm_eps, normed);
+  }
+  Tensor logits = b.Allocate(DType::kF32, {R, c.vocab_size});
+  b.Linear(normed, lm_head_, WeightLayout::kOutIn, Tensor(), logits);
+  result.logits.resize(static_cast<size_t>(R * c.vocab_size));
+  b.CopyToHost(logits, result.logits.data());
+  return result;
+}
+
+}  // namespace manyshot

@@ -1,0 +1,90 @@
+// A decoder-only transformer (Llama family or GPT-2) on a Backend: loads a Hugging Face model
+// directory and runs prefill / incremental decode for a batch of variable-length sequences, each
+// token with an explicit position id, optionally attending to a shared context (structured
+// prompting's encoded demonstrations). Logits are computed only for the rows asked for.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/core/backend.h"
+#include "engine/model/model_config.h"
+#include "engine/transformer/kv_cache.h"
+
+namespace manyshot {
+
+// One sequence of a forward pass. Its tokens are appended to `cache` (which may already hold
+// earlier tokens of the same sequence: incremental decode).
+struct ForwardSequence {
+  absl::Span<const int32_t> tokens;
+  absl::Span<const int32_t> positions;  // one per token
+  KvCache* cache = nullptr;
+  absl::Span<const int64_t> logit_rows;  // indices into tokens whose logits are wanted
+  // Structured prompting (see AttentionSequence): ln(weight) on own keys >= weighted_from, and
+  // own indices below context_from do not see the context.
+  float own_log_weight = 0.0f;
+  int64_t weighted_from = 0;
+  int64_t context_from = 0;
+};
+
+// Keys/values shared by all sequences of a pass, per layer [len, kv_heads, head_dim].
+struct ContextKv {
+  std::vector<Tensor> k, v;
+  int64_t len = 0;
+  float log_weight = 0.0f;
+};
+
+struct ForwardResult {
+  int64_t vocab_size = 0;
+  // [rows, vocab]: the requested rows of every sequence, in sequence order then logit_rows order.
+  std::vector<float> logits;
+  const float* row(size_t i) const { return logits.data() + i * vocab_size; }
+  size_t rows() const { return vocab_size ? logits.size() / vocab_size : 0; }
+};
+
+class Transformer {
+ public:
+  // Loads config.json and the safetensors weights (converted to f32). Errors name the file and
+  // the tensor.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::filesystem::path& model_dir,
+                                                           Backend& backend);
+  ~Transformer();
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return *backend_; }
+  // Hex fingerprint of config and weights.
+  const std::string& fingerprint() const { return fingerprint_; }
+  // The dtype the weights were stored in on disk (they are computed in f32).
+  DType stored_dtype() const { return stored_dtype_; }
+  // Largest position id the model accepts (learned positions) or a practical bound (RoPE).
+  int64_t max_position() const { return config_.max_position_embeddings; }
+
+  KvCache NewCache(int64_t capacity) const;
+
+  // Runs every sequence's new tokens through the model. Validates ids and positions
+  // (INVALID_ARGUMENT naming the sequence and index).
+  absl::StatusOr<ForwardResult> Forward(absl::Span<const ForwardSequence> sequences,
+                                        const ContextKv* context = nullptr) const;
+
+ private:
+  struct Layer;
+  Transformer() = default;
+  absl::Status LoadWeights(const std::filesystem::path& model_dir);
+
+  Backend* backend_ = nullptr;
+  ModelConfig config_;
+  std::string fingerprint_;
+  DType stored_dtype_ = DType::kF32;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Tensor embed_;      // [V, H]
+  Tensor positions_;  // GPT-2 wpe [P, H]
+  Tensor final_norm_w_, final_norm_b_;
+  Tensor lm_head_;  // [V, H] (== embed_ when tied)
+};
+
+}  // namespace manyshot

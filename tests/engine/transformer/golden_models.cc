@@ -1,0 +1,96 @@
+#include "tests/engine/transformer/golden_models.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "engine/model/tiny_model.h"
+#include "gtest/gtest.h"
+
+namespace manyshot::testing {
+namespace {
+
+std::filesystem::path ProcessTempDir() {
+  static std::filesystem::path dir = [] {
+    auto d =
+        std::filesystem::temp_directory_path() / ("manyshot-golden-" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+DType ParseDType(const std::string& s) {
+  if (s == "f16") return DType::kF16;
+  if (s == "bf16") return DType::kBF16;
+  return DType::kF32;
+}
+
+std::mutex& Mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
+const nlohmann::json& ForwardGolden(const std::string& name) {
+  static std::map<std::string, nlohmann::json> cache;
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    std::ifstream in(std::string(MANYSHOT_SOURCE_DIR) + "/tests/golden/forward_" + name + ".json");
+    it = cache.emplace(name, nlohmann::json::parse(in)).first;
+  }
+  return it->second;
+}
+
+std::filesystem::path GoldenModelDir(const std::string& name) {
+  const nlohmann::json& m = ForwardGolden(name)["model"];
+  auto dir = ProcessTempDir() / name;
+  std::lock_guard<std::mutex> lock(Mutex());
+  if (!std::filesystem::exists(dir / "config.json")) {
+    TinyModelSpec spec;
+    spec.family = m["family"];
+    spec.vocab_size = m["vocab_size"];
+    spec.hidden_size = m["hidden_size"];
+    spec.intermediate_size = m["intermediate_size"];
+    spec.num_layers = m["num_layers"];
+    spec.num_heads = m["num_heads"];
+    spec.num_kv_heads = m["num_kv_heads"];
+    spec.max_position_embeddings = m["max_position_embeddings"];
+    spec.tie_word_embeddings = m["tie_word_embeddings"];
+    spec.attention_bias = m["attention_bias"];
+    spec.dtype = ParseDType(m["dtype"]);
+    spec.shards = m["shards"];
+    spec.seed = m["seed"];
+    spec.rope_theta = m["rope_theta"];
+    // Weights never depend on tokenizer files: an empty directory is enough here.
+    auto empty = ProcessTempDir() / "no-tokenizer";
+    std::filesystem::create_directories(empty);
+    auto status = WriteTinyModel(spec, empty, dir);
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  return dir;
+}
+
+CpuBackend& TestBackend() {
+  static CpuBackend backend(2);
+  return backend;
+}
+
+const Transformer& GoldenModel(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Transformer>> models;
+  auto dir = GoldenModelDir(name);
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto& slot = models[name];
+  if (!slot) {
+    auto loaded = Transformer::Load(dir, TestBackend());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    slot = *std::move(loaded);
+  }
+  return *slot;
+}
+
+}  // namespace manyshot::testing
