@@ -196,6 +196,10 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::pa
   if (!tensors.ok()) return tensors.status();
 
   std::error_code ec;
+  if (!tokenizer_dir.empty() && !std::filesystem::is_directory(tokenizer_dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("tokenizer directory ", tokenizer_dir.string(), " does not exist"));
+  }
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(out_dir.string(), ": ", ec.message()));
   // A previous run with a different shard count must not leave stale weight files behind.

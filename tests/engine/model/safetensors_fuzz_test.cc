@@ -189,6 +189,14 @@ TEST(SafetensorsFuzzTest, HandCraftedBadHeaders) {
           .ok());
 }
 
+TEST(SafetensorsFuzzTest, DeeplyNestedJsonDoesNotOverflowTheStack) {
+  for (const std::string& header : {std::string(200000, '['), "{\"x\":" + std::string(200000, '['),
+                                    std::string(100000, '[') + std::string(100000, ']')}) {
+    auto r = ParseExact(WithHeader(header, 0));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(SafetensorsFuzzTest, UnsupportedDTypes) {
   for (const char* dtype : {"I8", "U8", "I64", "F64", "BOOL", "F8_E4M3", "garbage", ""}) {
     auto r = ParseExact(WithHeader(

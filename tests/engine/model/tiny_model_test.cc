@@ -254,6 +254,12 @@ TEST(TinyModelTest, InvalidSpecs) {
   }
 }
 
+TEST(TinyModelTest, MissingTokenizerDirIsNotFound) {
+  TempDir dir;
+  absl::Status s = WriteTinyModel(SmallSpec("llama"), dir.path() / "nope", dir.path() / "out");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+}
+
 TEST(TensorNamesTest, Gpt2AcceptsTransformerPrefix) {
   TempDir dir;
   std::vector<TensorToWrite> tensors = {
