@@ -18,7 +18,7 @@
 namespace manyshot {
 namespace {
 
-constexpr int64_t kRowBlock = 64;
+constexpr int64_t kRowBlock = 128;
 constexpr int64_t kKeyTile = 512;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 

@@ -156,7 +156,16 @@ void CpuBackend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layo
     int64_t c0 = b0 * col_block;
     int64_t c1 = std::min(out_features, b1 * col_block);
     int64_t cols = c1 - c0;
-    if (layout == WeightLayout::kOutIn) {
+    if (rows == 1) {
+      // Decode: a matrix-vector product, bound by reading the weights once.
+      if (layout == WeightLayout::kOutIn) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(cols), static_cast<int>(in), 1.0f,
+                    wp + c0 * in, static_cast<int>(in), xp, 1, 0.0f, op + c0, 1);
+      } else {
+        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(in), static_cast<int>(cols), 1.0f,
+                    wp + c0, static_cast<int>(out_features), xp, 1, 0.0f, op + c0, 1);
+      }
+    } else if (layout == WeightLayout::kOutIn) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
                   static_cast<int>(cols), static_cast<int>(in), 1.0f, xp, static_cast<int>(in),
                   wp + c0 * in, static_cast<int>(in), 0.0f, op + c0,

@@ -73,7 +73,8 @@ TEST_P(ForwardGoldenTest, PrefillBatchedAndAlone) {
     EXPECT_LE(worst, kTolerance) << GetParam() << " case " << c["name"];
     RecordProperty(std::string("max_abs_diff_") + c["name"].get<std::string>(),
                    std::to_string(worst));
-    // Each sequence alone gives the same logits as inside the batch.
+    // Each sequence alone gives the same logits as inside the batch (to the golden tolerance:
+    // OpenBLAS blocks a GEMM differently for different row counts, which moves float32 rounding).
     row = 0;
     for (const auto& s : seqs) {
       KvCache cache = model.NewCache(4);
@@ -82,7 +83,7 @@ TEST_P(ForwardGoldenTest, PrefillBatchedAndAlone) {
       ASSERT_TRUE(alone.ok());
       for (size_t r = 0; r < s.rows.size(); ++r, ++row) {
         for (int64_t v = 0; v < alone->vocab_size; v += 97) {
-          EXPECT_NEAR(alone->row(r)[v], result->row(row)[v], 1e-5);
+          EXPECT_NEAR(alone->row(r)[v], result->row(row)[v], kTolerance);
         }
       }
     }

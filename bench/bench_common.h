@@ -1,0 +1,45 @@
+// Shared pieces of manyshot-bench: timing, the same-run sgemm peak, figure reporting in text or
+// one JSON object.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace manyshot::bench {
+
+// Collects named figures; prints "name: value unit" lines, or one JSON object with --json.
+class Report {
+ public:
+  explicit Report(std::string subcommand, bool json) : json_(json) {
+    figures_["subcommand"] = std::move(subcommand);
+  }
+  void Add(const std::string& name, double value, const std::string& unit = "");
+  void AddText(const std::string& name, const std::string& value);
+  void Print() const;
+
+ private:
+  bool json_;
+  nlohmann::ordered_json figures_;
+  std::vector<std::string> lines_;
+};
+
+inline double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// Median wall time of fn over `repeats` runs after one warm-up run.
+double MedianSeconds(const std::function<void()>& fn, int repeats);
+
+// OpenBLAS sgemm GFLOP/s for an m x n x k product using OpenBLAS's own threads (`threads`), the
+// best this machine's BLAS does; the same-run reference for every efficiency figure.
+double SgemmGflops(int m, int n, int k, int threads, int repeats);
+
+// The kernel set OpenBLAS picked and whether OPENBLAS_CORETYPE forced it.
+std::string BlasKernelDescription();
+
+}  // namespace manyshot::bench

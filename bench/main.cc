@@ -1,0 +1,58 @@
+// manyshot-bench: performance figures, each with a same-run reference. Every subcommand takes
+// --json and then prints one JSON object with all its figures.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "bench/subcommands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
+    "[--work_dir=DIR]\n"
+    "subcommands:\n"
+    "  prefill   GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n";
+
+bool Flag(const char* arg, const char* name, std::string* value) {
+  size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
+  *value = arg + n + 1;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  manyshot::bench::BenchOptions options;
+  options.threads = std::max(1u, std::thread::hardware_concurrency());
+  options.work_dir = std::filesystem::temp_directory_path() / "manyshot-bench";
+  std::string value;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      options.json = true;
+    } else if (Flag(argv[i], "--threads", &value)) {
+      options.threads = std::stoi(value);
+    } else if (Flag(argv[i], "--repeats", &value)) {
+      options.repeats = std::stoi(value);
+    } else if (Flag(argv[i], "--tokens", &value)) {
+      options.tokens = std::stoll(value);
+    } else if (Flag(argv[i], "--work_dir", &value)) {
+      options.work_dir = value;
+    } else {
+      std::fprintf(stderr, "manyshot-bench: unknown argument %s\n%s", argv[i], kUsage);
+      return 2;
+    }
+  }
+  std::filesystem::create_directories(options.work_dir);
+  std::string sub = argv[1];
+  if (sub == "prefill") return manyshot::bench::RunPrefillBench(options);
+  std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,133 @@
+// manyshot-bench prefill: a GPT-2-small-shaped model (12 layers, hidden 768, 12 heads, vocab
+// 50257, random weights) on the CPU backend. Prefill of one 1024-token sequence and single-token
+// decode, as tokens/s and as a fraction of an OpenBLAS sgemm measured in the same run.
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include "bench/bench_common.h"
+#include "bench/subcommands.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/tiny_model.h"
+#include "engine/transformer/transformer.h"
+
+namespace manyshot::bench {
+namespace {
+
+TinyModelSpec Gpt2SmallSpec() {
+  TinyModelSpec spec;
+  spec.family = "gpt2";
+  spec.vocab_size = 50257;
+  spec.hidden_size = 768;
+  spec.intermediate_size = 3072;
+  spec.num_layers = 12;
+  spec.num_heads = 12;
+  spec.num_kv_heads = 12;
+  spec.max_position_embeddings = 1024;
+  spec.tie_word_embeddings = true;
+  spec.attention_bias = true;
+  spec.seed = 7;
+  return spec;
+}
+
+// Matrix FLOPs of a forward pass over `tokens` new tokens after `past` cached ones, with logits
+// for `logit_rows` rows: projections, causal attention (QK^T and PV), vocabulary head.
+double ForwardFlops(const ModelConfig& c, double tokens, double past, double logit_rows) {
+  const double H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const double q = c.num_heads * D, kv = c.num_kv_heads * D;
+  double per_token =
+      2 * (H * (q + 2 * kv) + q * H + (c.architecture == Architecture::kLlama ? 3 : 2) * H * I);
+  // Keys each new token attends to: past + its index + 1.
+  double attended = tokens * past + tokens * (tokens + 1) / 2;
+  double attention = 2 * 2 * attended * c.num_heads * D;
+  return c.num_layers * (per_token * tokens + attention) + 2 * H * c.vocab_size * logit_rows;
+}
+
+}  // namespace
+
+std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir / "config.json")) {
+    std::filesystem::path empty = dir.parent_path() / "no-tokenizer";
+    std::filesystem::create_directories(empty);
+    auto status = WriteTinyModel(Gpt2SmallSpec(), empty, dir);
+    if (!status.ok()) {
+      std::fprintf(stderr, "manyshot-bench: cannot write model: %s\n", status.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  return dir;
+}
+
+int RunPrefillBench(const BenchOptions& options) {
+  Report report("prefill", options.json);
+  const int threads = options.threads;
+  report.AddText("blas_kernel", BlasKernelDescription());
+  report.Add("threads", threads);
+  // The reference: OpenBLAS with its own threads on the MLP's GEMM shape and a square one.
+  double peak =
+      std::max(SgemmGflops(1024, 3072, 768, threads, 5), SgemmGflops(2048, 2048, 2048, threads, 3));
+  report.Add("sgemm_peak_gflops", peak, "GFLOP/s");
+
+  auto model_dir = EnsureGpt2SmallModel(options.work_dir / "gpt2-small-random");
+  CpuBackend backend(threads);
+  auto model = Transformer::Load(model_dir, backend);
+  if (!model.ok()) {
+    std::fprintf(stderr, "manyshot-bench: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const ModelConfig& c = (*model)->config();
+  const int64_t T = options.tokens;
+  std::vector<int32_t> tokens(T), positions(T);
+  for (int64_t i = 0; i < T; ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919) % c.vocab_size);
+    positions[i] = static_cast<int32_t>(i);
+  }
+  std::vector<int64_t> last = {T - 1};
+  KvCache cache = (*model)->NewCache(T + 64);
+  double prefill_s = MedianSeconds(
+      [&] {
+        cache.Truncate(0);
+        ForwardSequence seq{tokens, positions, &cache, last};
+        auto r = (*model)->Forward({&seq, 1});
+        if (!r.ok()) std::abort();
+      },
+      options.repeats);
+  double prefill_flops = ForwardFlops(c, T, 0, 1);
+  report.Add("prefill_tokens", static_cast<double>(T));
+  report.Add("prefill_seconds", prefill_s, "s");
+  report.Add("prefill_tokens_per_second", T / prefill_s, "tok/s");
+  report.Add("prefill_gflops", prefill_flops / prefill_s / 1e9, "GFLOP/s");
+  report.Add("prefill_fraction_of_sgemm_peak", prefill_flops / prefill_s / 1e9 / peak,
+             "(target >= 0.6)");
+
+  // Decode: one token at a time after a context of `T - 1` tokens.
+  const int steps = 16;
+  cache.Truncate(0);
+  {
+    ForwardSequence seq{absl::Span<const int32_t>(tokens).subspan(0, T - steps),
+                        absl::Span<const int32_t>(positions).subspan(0, T - steps),
+                        &cache,
+                        {}};
+    if (!(*model)->Forward({&seq, 1}).ok()) return 1;
+  }
+  std::vector<int64_t> row0 = {0};
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    int64_t at = T - steps + i;
+    ForwardSequence seq{absl::Span<const int32_t>(tokens).subspan(at, 1),
+                        absl::Span<const int32_t>(positions).subspan(at, 1), &cache, row0};
+    if (!(*model)->Forward({&seq, 1}).ok()) return 1;
+  }
+  double decode_s = Seconds(std::chrono::steady_clock::now() - start) / steps;
+  double weight_bytes =
+      4.0 * (c.num_layers * (12.0 * c.hidden_size * c.hidden_size) + c.vocab_size * c.hidden_size);
+  report.Add("decode_context_tokens", static_cast<double>(T - steps));
+  report.Add("decode_seconds_per_token", decode_s, "s");
+  report.Add("decode_tokens_per_second", 1.0 / decode_s, "tok/s");
+  report.Add("decode_weight_gbytes_per_second", weight_bytes / decode_s / 1e9, "GB/s");
+  report.Add("decode_gflops", ForwardFlops(c, 1, T - steps, 1) / decode_s / 1e9, "GFLOP/s");
+  report.Print();
+  return 0;
+}
+
+}  // namespace manyshot::bench

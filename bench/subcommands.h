@@ -1,0 +1,21 @@
+// The manyshot-bench subcommands and their shared options.
+#pragma once
+
+#include <filesystem>
+
+namespace manyshot::bench {
+
+struct BenchOptions {
+  bool json = false;
+  int threads = 2;
+  int repeats = 3;
+  int64_t tokens = 1024;
+  std::filesystem::path work_dir;  // generated models are kept here between runs
+};
+
+int RunPrefillBench(const BenchOptions& options);
+
+// Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
+std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);
+
+}  // namespace manyshot::bench
