@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "gtest/gtest.h"
-#include "tests/engine/transformer/golden_models.h"
+#include "tests/engine/support/golden_models.h"
 
 namespace manyshot::testing {
 namespace {

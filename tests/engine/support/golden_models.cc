@@ -1,4 +1,4 @@
-#include "tests/engine/transformer/golden_models.h"
+#include "tests/engine/support/golden_models.h"
 
 #include <unistd.h>
 

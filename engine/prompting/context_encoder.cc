@@ -1,0 +1,97 @@
+#include "engine/prompting/context_encoder.h"
+
+#include <algorithm>
+
+namespace manyshot {
+namespace {
+
+// Allocates the context tensors for `tokens` rows on the model's backend.
+EncodedContext AllocateContext(const Transformer& model, int64_t tokens) {
+  const ModelConfig& c = model.config();
+  EncodedContext ctx;
+  ctx.tokens = tokens;
+  ctx.kv.len = tokens;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    ctx.kv.k.push_back(model.backend().Allocate(
+        DType::kF32, {std::max<int64_t>(tokens, 1), c.num_kv_heads, c.head_dim}));
+    ctx.kv.v.push_back(model.backend().Allocate(
+        DType::kF32, {std::max<int64_t>(tokens, 1), c.num_kv_heads, c.head_dim}));
+  }
+  return ctx;
+}
+
+}  // namespace
+
+size_t EncodedContext::bytes() const {
+  size_t per_row = kv.k.empty() ? 0 : kv.k.front().RowBytes();
+  return 2 * kv.k.size() * static_cast<size_t>(tokens) * per_row;
+}
+
+absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const GroupLayout& layout,
+                                            int32_t bos_id, int64_t groups_per_pass,
+                                            const EncodeProgress& progress) {
+  const int64_t M = layout.groups();
+  EncodedContext ctx = AllocateContext(model, layout.context_tokens);
+  ctx.groups = M;
+  ctx.group_length = layout.group_length;
+  int64_t written = 0;
+  for (int64_t g0 = 0; g0 < M; g0 += groups_per_pass) {
+    const int64_t g1 = std::min(M, g0 + groups_per_pass);
+    std::vector<std::vector<int32_t>> tokens(g1 - g0), positions(g1 - g0);
+    std::vector<KvCache> caches;
+    std::vector<ForwardSequence> batch;
+    for (int64_t g = g0; g < g1; ++g) {
+      auto& t = tokens[g - g0];
+      auto& p = positions[g - g0];
+      t.push_back(bos_id);
+      p.push_back(0);
+      const auto& slots = layout.slots[g];
+      for (size_t s = 0; s < slots.size(); ++s) {
+        if (slots[s] == kMaskedSlot) continue;
+        t.push_back(slots[s]);
+        p.push_back(static_cast<int32_t>(s + 1));
+      }
+      caches.push_back(model.NewCache(static_cast<int64_t>(t.size())));
+    }
+    for (int64_t g = g0; g < g1; ++g) {
+      batch.push_back({tokens[g - g0], positions[g - g0], &caches[g - g0], {}});
+    }
+    auto result = model.Forward(batch);
+    if (!result.ok()) return result.status();
+    // Keep every layer's K/V of the non-bos rows.
+    for (int64_t g = g0; g < g1; ++g) {
+      const KvCache& cache = caches[g - g0];
+      const int64_t n = cache.length() - 1;
+      for (int64_t l = 0; l < cache.layers(); ++l) {
+        model.backend().Copy(cache.k(l).Rows(1, n + 1), ctx.kv.k[l].Rows(written, written + n));
+        model.backend().Copy(cache.v(l).Rows(1, n + 1), ctx.kv.v[l].Rows(written, written + n));
+      }
+      written += n;
+    }
+    if (progress) progress(g1, M, written);
+  }
+  return ctx;
+}
+
+absl::StatusOr<EncodedContext> EncodeWindow(const Transformer& model,
+                                            const std::vector<int32_t>& window, int32_t bos_id) {
+  std::vector<int32_t> tokens = {bos_id};
+  tokens.insert(tokens.end(), window.begin(), window.end());
+  std::vector<int32_t> positions(tokens.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  KvCache cache = model.NewCache(static_cast<int64_t>(tokens.size()));
+  ForwardSequence seq{tokens, positions, &cache, {}};
+  auto result = model.Forward({&seq, 1});
+  if (!result.ok()) return result.status();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  EncodedContext ctx = AllocateContext(model, n);
+  ctx.groups = 1;
+  ctx.group_length = n;
+  for (int64_t l = 0; l < cache.layers(); ++l) {
+    model.backend().Copy(cache.k(l).Rows(0, n), ctx.kv.k[l].Rows(0, n));
+    model.backend().Copy(cache.v(l).Rows(0, n), ctx.kv.v[l].Rows(0, n));
+  }
+  return ctx;
+}
+
+}  // namespace manyshot

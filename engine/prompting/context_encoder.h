@@ -1,0 +1,37 @@
+// Encoding a task's demonstrations once: every group is a plain causal forward pass
+// ([bos, real tokens] at their group positions, masked slots skipped), several groups per pass;
+// the context is every layer's K/V of all non-bos tokens, concatenated in group order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/prompting/groups.h"
+#include "engine/transformer/transformer.h"
+
+namespace manyshot {
+
+struct EncodedContext {
+  ContextKv kv;              // per layer [tokens, kv_heads, head_dim]
+  int64_t groups = 0;        // M
+  int64_t group_length = 0;  // L
+  int64_t tokens = 0;        // context tokens (== kv.len)
+  // Exact bytes of the K/V tensors: 2 * layers * tokens * kv_heads * head_dim * sizeof(f32).
+  size_t bytes() const;
+};
+
+// Called after each batch of groups: (groups encoded so far, total groups, tokens so far).
+using EncodeProgress = std::function<void(int64_t, int64_t, int64_t)>;
+
+absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const GroupLayout& layout,
+                                            int32_t bos_id, int64_t groups_per_pass = 4,
+                                            const EncodeProgress& progress = nullptr);
+
+// CONVENTIONAL mode's window [bos, window...] at positions 0..n, encoded as one sequence; all of
+// its K/V (bos included) is the context.
+absl::StatusOr<EncodedContext> EncodeWindow(const Transformer& model,
+                                            const std::vector<int32_t>& window, int32_t bos_id);
+
+}  // namespace manyshot

@@ -1,0 +1,41 @@
+// Greedy decoding and beam search over a QueryState (docs/structured_prompting.md,
+// "Generation"). Deterministic: ties break toward lower beam index, then lower token id.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/prompting/query_runner.h"
+
+namespace manyshot {
+
+enum class FinishReason : uint8_t { kEos = 0, kStopString = 1, kMaxTokens = 2 };
+
+struct GenerationParams {
+  bool beam_search = false;
+  int beam_width = 3;
+  double length_penalty = 0.6;
+  int max_new_tokens = 30;
+  std::optional<int32_t> eos_id;  // stop at eos when set
+  std::vector<std::string> stop;  // stop strings (need `decode`)
+  // Token ids -> text, for stop strings and streaming. Required when `stop` is non-empty.
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  // Greedy only: called with each token as it is chosen (and its log-prob).
+  std::function<void(int32_t, double)> on_token;
+};
+
+struct GenerationOutput {
+  std::vector<int32_t> tokens;  // without eos; stop strings are cut by the caller from the text
+  double sum_logprob = 0;       // includes the eos token's log-prob when it ended the search
+  double score = 0;             // sum_logprob / length^length_penalty
+  FinishReason reason = FinishReason::kMaxTokens;
+  std::string stop_string;  // the stop string that ended it, if any
+};
+
+absl::StatusOr<GenerationOutput> Generate(QueryState start, const GenerationParams& params);
+
+}  // namespace manyshot

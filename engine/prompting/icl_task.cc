@@ -1,0 +1,366 @@
+#include "engine/prompting/icl_task.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot {
+namespace {
+
+int64_t ArgMax(const std::vector<double>& v) {
+  return std::max_element(v.begin(), v.end()) - v.begin();
+}
+
+std::map<std::string, std::string> AllFields(const PromptTemplate& t, const std::string& value) {
+  std::map<std::string, std::string> fields;
+  for (const auto& name : t.placeholders()) fields[name] = value;
+  return fields;
+}
+
+}  // namespace
+
+std::vector<double> Softmax(const std::vector<double>& values) {
+  std::vector<double> out(values.size());
+  if (values.empty()) return out;
+  double max = *std::max_element(values.begin(), values.end());
+  double sum = 0;
+  for (size_t i = 0; i < values.size(); ++i) sum += out[i] = std::exp(values[i] - max);
+  for (double& v : out) v /= sum;
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
+    const Transformer& model, const Tokenizer& tokenizer, TaskOptions options,
+    const std::vector<Example>& demonstrations) {
+  std::unique_ptr<IclTask> task(new IclTask(model, tokenizer));
+  const int64_t context_length = model.config().max_position_embeddings;
+  if (options.max_query_tokens < 1 || options.max_answer_tokens < 1) {
+    return absl::InvalidArgumentError("max_query_tokens and max_answer_tokens must be at least 1");
+  }
+  const int64_t room = options.max_query_tokens + options.max_answer_tokens;
+  if (options.group_length == 0) options.group_length = context_length - room;
+  if (options.group_length < 2 || options.group_length + room > context_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group_length ", options.group_length, " must be at least 2 and leave room for a query (",
+        options.max_query_tokens, " tokens) and an answer (", options.max_answer_tokens,
+        " tokens) within the model's context length ", context_length));
+  }
+  if (options.rescale_factor < 0 || (options.rescale_factor > 0 && options.rescale_factor < 1e-6)) {
+    return absl::InvalidArgumentError(absl::StrCat("rescale_factor ", options.rescale_factor,
+                                                   " must be 0 (the number of groups) or >= 1e-6"));
+  }
+  auto input = PromptTemplate::Parse(options.input_template, "input_template");
+  if (!input.ok()) return input.status();
+  if (input->placeholders().empty()) {
+    return absl::InvalidArgumentError(
+        "input_template has no placeholder; write e.g. \"Sentence: {text}\\nLabel:\"");
+  }
+  auto answer = PromptTemplate::Parse(options.answer_template, "answer_template");
+  if (!answer.ok()) return answer.status();
+  if (answer->placeholders() != std::vector<std::string>{"label"}) {
+    return absl::InvalidArgumentError(
+        "answer_template must have exactly one placeholder, {label}, e.g. \" {label}\"");
+  }
+  task->input_template_ = *std::move(input);
+  task->answer_template_ = *std::move(answer);
+  auto bos = tokenizer.bos_id();
+  if (!bos) return absl::FailedPreconditionError("the tokenizer has no bos token");
+  task->bos_id_ = *bos;
+  if (options.calibrate && options.labels.empty()) {
+    return absl::InvalidArgumentError("calibrate needs labels");
+  }
+  task->options_ = std::move(options);
+  const TaskOptions& o = task->options_;
+
+  task->demo_tokens_.reserve(demonstrations.size());
+  for (size_t i = 0; i < demonstrations.size(); ++i) {
+    const Example& d = demonstrations[i];
+    auto rendered_input = task->input_template_.Render(d.text, d.fields);
+    if (!rendered_input.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("demonstration ", i, ": ", rendered_input.status().message()));
+    }
+    auto rendered_answer = task->answer_template_.Render(d.label, {{"label", d.label}});
+    if (!rendered_answer.ok()) return rendered_answer.status();
+    auto tokens = tokenizer.Encode(*rendered_input + *rendered_answer + o.separator);
+    if (!tokens.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("demonstration ", i, ": ", tokens.status().message()));
+    }
+    task->demo_tokens_.push_back(*std::move(tokens));
+  }
+  GroupOptions group_options;
+  group_options.group_length = o.group_length;
+  group_options.alignment = o.alignment;
+  group_options.long_demonstrations = o.long_demonstrations;
+  group_options.shuffle_seed = o.shuffle_seed;
+  group_options.space_id = tokenizer.space_id().value_or(-1);
+  auto layout = BuildGroups(task->demo_tokens_, group_options);
+  if (!layout.ok()) return layout.status();
+  task->layout_ = *std::move(layout);
+  return task;
+}
+
+absl::Status IclTask::Encode(int64_t groups_per_pass, const EncodeProgress& progress) {
+  auto context = EncodeGroups(model_, layout_, bos_id_, groups_per_pass, progress);
+  if (!context.ok()) return context.status();
+  context_ = std::make_unique<EncodedContext>(*std::move(context));
+  return absl::OkStatus();
+}
+
+absl::Status IclTask::AttachContext(EncodedContext context) {
+  const ModelConfig& c = model_.config();
+  if (context.tokens != layout_.context_tokens || context.groups != layout_.groups() ||
+      static_cast<int64_t>(context.kv.k.size()) != c.num_layers) {
+    return absl::DataLossError(absl::StrCat(
+        "restored context does not match the task: ", context.tokens, " tokens in ", context.groups,
+        " groups, expected ", layout_.context_tokens, " in ", layout_.groups()));
+  }
+  context_ = std::make_unique<EncodedContext>(std::move(context));
+  std::lock_guard<std::mutex> lock(lazy_mutex_);
+  calibration_cache_.clear();
+  return absl::OkStatus();
+}
+
+void IclTask::DetachContext() {
+  context_.reset();
+  std::lock_guard<std::mutex> lock(lazy_mutex_);
+  calibration_cache_.clear();
+}
+
+double IclTask::default_factor() const {
+  if (options_.mode == PromptMode::kParallel) return 1.0;
+  return options_.rescale_factor > 0 ? options_.rescale_factor
+                                     : static_cast<double>(layout_.groups());
+}
+
+absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolve(
+    const QueryOverrides& overrides) {
+  const PromptMode mode = overrides.mode.value_or(options_.mode);
+  if (mode == PromptMode::kConventional) {
+    std::lock_guard<std::mutex> lock(lazy_mutex_);
+    if (!conventional_) {
+      ConventionalWindow window =
+          BuildConventionalWindow(demo_tokens_, options_.group_length, options_.shuffle_seed);
+      auto encoded = EncodeWindow(model_, window.tokens, bos_id_);
+      if (!encoded.ok()) return encoded.status();
+      conventional_ = std::make_unique<EncodedContext>(*std::move(encoded));
+    }
+    return std::make_pair(static_cast<const EncodedContext*>(conventional_.get()),
+                          ConventionalPlacement(conventional_->tokens));
+  }
+  if (!context_) {
+    return absl::FailedPreconditionError("the task's demonstrations are not encoded yet");
+  }
+  double factor = mode == PromptMode::kParallel
+                      ? 1.0
+                      : (options_.rescale_factor > 0 ? options_.rescale_factor
+                                                     : static_cast<double>(layout_.groups()));
+  if (overrides.rescale_factor) {
+    if (!(*overrides.rescale_factor > 0) || !std::isfinite(*overrides.rescale_factor)) {
+      return absl::InvalidArgumentError(absl::StrCat("rescale_factor ", *overrides.rescale_factor,
+                                                     " must be a positive finite number"));
+    }
+    factor = *overrides.rescale_factor;
+  }
+  return std::make_pair(static_cast<const EncodedContext*>(context_.get()),
+                        StructuredPlacement(options_.group_length, factor));
+}
+
+absl::StatusOr<std::vector<int32_t>> IclTask::QueryTokens(const Example& input,
+                                                          std::string* text) const {
+  auto rendered = input_template_.Render(input.text, input.fields);
+  if (!rendered.ok()) return rendered.status();
+  auto tokens = tokenizer_.Encode(*rendered);
+  if (!tokens.ok()) return tokens.status();
+  if (static_cast<int64_t>(tokens->size()) > options_.max_query_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("the rendered input has ", tokens->size(),
+                                                   " tokens, more than max_query_tokens ",
+                                                   options_.max_query_tokens));
+  }
+  if (text != nullptr) *text = *std::move(rendered);
+  return tokens;
+}
+
+absl::StatusOr<std::vector<int32_t>> IclTask::ContinuationTokens(const std::string& query_text,
+                                                                 const std::string& answer) const {
+  auto joint = tokenizer_.Encode(query_text + answer);
+  if (!joint.ok()) return joint.status();
+  auto query = tokenizer_.Encode(query_text);
+  if (!query.ok()) return query.status();
+  std::vector<int32_t> continuation;
+  if (joint->size() > query->size() && std::equal(query->begin(), query->end(), joint->begin())) {
+    continuation.assign(joint->begin() + static_cast<int64_t>(query->size()), joint->end());
+  } else {
+    auto alone = tokenizer_.Encode(answer);
+    if (!alone.ok()) return alone.status();
+    continuation = *std::move(alone);
+  }
+  if (continuation.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the answer \"", answer, "\" has no tokens"));
+  }
+  if (static_cast<int64_t>(continuation.size()) > options_.max_answer_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the answer \"", answer, "\" has ", continuation.size(),
+                     " tokens, more than max_answer_tokens ", options_.max_answer_tokens));
+  }
+  return continuation;
+}
+
+absl::StatusOr<std::vector<std::vector<CandidateScore>>> IclTask::Score(
+    const std::vector<QueryWithCandidates>& items, const QueryOverrides& overrides) {
+  auto resolved = Resolve(overrides);
+  if (!resolved.ok()) return resolved.status();
+  return ScoreCandidates(model_, resolved->first, resolved->second, bos_id_, items);
+}
+
+absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
+    const QueryOverrides& overrides) {
+  auto resolved = Resolve(overrides);
+  if (!resolved.ok()) return resolved.status();
+  const std::pair<int, double> key{static_cast<int>(overrides.mode.value_or(options_.mode)),
+                                   resolved->second.own_log_weight};
+  {
+    std::lock_guard<std::mutex> lock(lazy_mutex_);
+    auto it = calibration_cache_.find(key);
+    if (it != calibration_cache_.end()) return it->second;
+  }
+  Example content_free;
+  content_free.fields = AllFields(input_template_, options_.calibration_text);
+  std::string text;
+  auto query = QueryTokens(content_free, &text);
+  if (!query.ok()) return query.status();
+  QueryWithCandidates item{*query, {}};
+  for (const auto& label : options_.labels) {
+    auto answer = answer_template_.Render(label, {{"label", label}});
+    if (!answer.ok()) return answer.status();
+    auto continuation = ContinuationTokens(text, *answer);
+    if (!continuation.ok()) return continuation.status();
+    item.candidates.push_back(*std::move(continuation));
+  }
+  auto scores = ScoreCandidates(model_, resolved->first, resolved->second, bos_id_, {item});
+  if (!scores.ok()) return scores.status();
+  std::vector<double> means;
+  for (const auto& s : (*scores)[0]) means.push_back(s.mean_logprob);
+  std::vector<double> probabilities = Softmax(means);
+  std::lock_guard<std::mutex> lock(lazy_mutex_);
+  calibration_cache_[key] = probabilities;
+  return probabilities;
+}
+
+absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const std::vector<Example>& inputs,
+                                                              const QueryOverrides& overrides) {
+  if (options_.labels.empty()) {
+    return absl::FailedPreconditionError("the task has no labels; use Score with candidates");
+  }
+  std::vector<QueryWithCandidates> items;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string text;
+    auto query = QueryTokens(inputs[i], &text);
+    if (!query.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", query.status().message()));
+    }
+    QueryWithCandidates item{*std::move(query), {}};
+    for (const auto& label : options_.labels) {
+      auto answer = answer_template_.Render(label, {{"label", label}});
+      if (!answer.ok()) return answer.status();
+      auto continuation = ContinuationTokens(text, *answer);
+      if (!continuation.ok()) return continuation.status();
+      item.candidates.push_back(*std::move(continuation));
+    }
+    items.push_back(std::move(item));
+  }
+  auto scores = Score(items, overrides);
+  if (!scores.ok()) return scores.status();
+  std::vector<double> calibration;
+  if (options_.calibrate) {
+    auto p = CalibrationProbabilities(overrides);
+    if (!p.ok()) return p.status();
+    calibration = *std::move(p);
+  }
+  std::vector<ClassifyResult> results(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ClassifyResult& r = results[i];
+    r.input_tokens = static_cast<int64_t>(items[i].query.size());
+    std::vector<double> means;
+    for (const auto& s : (*scores)[i]) means.push_back(s.mean_logprob);
+    std::vector<double> p = Softmax(means);
+    std::vector<double> calibrated = p;
+    if (!calibration.empty()) {
+      double total = 0;
+      for (size_t l = 0; l < p.size(); ++l) total += calibrated[l] = p[l] / calibration[l];
+      for (double& v : calibrated) v /= total;
+    }
+    for (size_t l = 0; l < p.size(); ++l) {
+      r.labels.push_back({(*scores)[i][l], p[l], calibrated[l]});
+    }
+    r.raw_prediction = ArgMax(means);
+    r.prediction = calibration.empty() ? r.raw_prediction : ArgMax(calibrated);
+  }
+  return results;
+}
+
+absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
+    const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+    const QueryOverrides& overrides) {
+  if (inputs.size() != candidates.size()) {
+    return absl::InvalidArgumentError("one candidate list per input is needed");
+  }
+  std::vector<QueryWithCandidates> items;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string text;
+    auto query = QueryTokens(inputs[i], &text);
+    if (!query.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", query.status().message()));
+    }
+    if (candidates[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("item ", i, " has no candidates"));
+    }
+    QueryWithCandidates item{*std::move(query), {}};
+    for (size_t c = 0; c < candidates[i].size(); ++c) {
+      auto continuation = ContinuationTokens(text, candidates[i][c]);
+      if (!continuation.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("item ", i, " candidate ", c, ": ", continuation.status().message()));
+      }
+      item.candidates.push_back(*std::move(continuation));
+    }
+    items.push_back(std::move(item));
+  }
+  auto scores = Score(items, overrides);
+  if (!scores.ok()) return scores.status();
+  std::vector<ChoiceResult> results(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<double> means;
+    for (const auto& s : (*scores)[i]) means.push_back(s.mean_logprob);
+    results[i].candidates = (*scores)[i];
+    results[i].probabilities = Softmax(means);
+    results[i].best = ArgMax(means);
+  }
+  return results;
+}
+
+absl::StatusOr<GenerationOutput> IclTask::Generate(const Example& input, GenerationParams params,
+                                                   const QueryOverrides& overrides) {
+  auto query = QueryTokens(input, nullptr);
+  if (!query.ok()) return query.status();
+  if (params.max_new_tokens < 1 || params.max_new_tokens > options_.max_answer_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", params.max_new_tokens,
+                                                   " must be between 1 and max_answer_tokens ",
+                                                   options_.max_answer_tokens));
+  }
+  auto resolved = Resolve(overrides);
+  if (!resolved.ok()) return resolved.status();
+  auto state = QueryState::Start(model_, resolved->first, resolved->second, bos_id_, *query);
+  if (!state.ok()) return state.status();
+  if (!params.decode) {
+    params.decode = [this](const std::vector<int32_t>& ids) {
+      auto text = tokenizer_.Decode(ids);
+      return text.ok() ? *text : std::string();
+    };
+  }
+  return manyshot::Generate(*std::move(state), params);
+}
+
+}  // namespace manyshot

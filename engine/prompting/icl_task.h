@@ -1,0 +1,142 @@
+// A many-shot in-context-learning task on one model: options, demonstrations rendered and
+// tokenized, groups, the encoded context, and the queries a task answers (classification with
+// optional contextual calibration, multi-choice scoring, generation) in STRUCTURED, PARALLEL or
+// CONVENTIONAL mode. The rules are docs/structured_prompting.md.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/prompting/context_encoder.h"
+#include "engine/prompting/generation.h"
+#include "engine/prompting/groups.h"
+#include "engine/prompting/prompt_template.h"
+#include "engine/prompting/query_runner.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/transformer/transformer.h"
+
+namespace manyshot {
+
+enum class PromptMode : uint8_t { kStructured = 0, kConventional = 1, kParallel = 2 };
+
+struct TaskOptions {
+  std::string input_template;
+  std::string answer_template = " {label}";
+  std::string separator = "\n\n";
+  std::vector<std::string> labels;
+  uint64_t shuffle_seed = 0;
+  int64_t group_length = 0;  // 0: context length - max_query_tokens - max_answer_tokens
+  Alignment alignment = Alignment::kTruncate;
+  PromptMode mode = PromptMode::kStructured;
+  double rescale_factor = 0;  // 0: M
+  LongDemonstrationPolicy long_demonstrations = LongDemonstrationPolicy::kReject;
+  bool calibrate = false;
+  std::string calibration_text = "N/A";
+  int64_t max_query_tokens = 128;
+  int64_t max_answer_tokens = 32;
+};
+
+// A demonstration or a query input. `label` is the answer text (demonstrations only).
+struct Example {
+  std::string text;
+  std::map<std::string, std::string> fields;
+  std::string label;
+};
+
+// Per-request overrides of the task's mode and factor.
+struct QueryOverrides {
+  std::optional<PromptMode> mode;
+  std::optional<double> rescale_factor;
+};
+
+struct LabelResult {
+  CandidateScore score;
+  double probability = 0;
+  double calibrated_probability = 0;  // == probability when the task does not calibrate
+};
+
+struct ClassifyResult {
+  std::vector<LabelResult> labels;
+  int64_t prediction = 0;      // calibrated when the task calibrates
+  int64_t raw_prediction = 0;  // argmax of the mean log-prob
+  int64_t input_tokens = 0;
+};
+
+struct ChoiceResult {
+  std::vector<CandidateScore> candidates;
+  std::vector<double> probabilities;
+  int64_t best = 0;
+};
+
+class IclTask {
+ public:
+  // Validates the options, renders and tokenizes the demonstrations and packs the groups. Nothing
+  // is encoded yet. INVALID_ARGUMENT names the field or demonstration at fault.
+  static absl::StatusOr<std::unique_ptr<IclTask>> Prepare(
+      const Transformer& model, const Tokenizer& tokenizer, TaskOptions options,
+      const std::vector<Example>& demonstrations);
+
+  // Encodes the groups (the STRUCTURED/PARALLEL context).
+  absl::Status Encode(int64_t groups_per_pass = 4, const EncodeProgress& progress = nullptr);
+  // Uses a context restored from elsewhere (the cache) instead of encoding.
+  absl::Status AttachContext(EncodedContext context);
+  // Releases the context (it can be attached or encoded again).
+  void DetachContext();
+  bool encoded() const { return context_ != nullptr; }
+  const EncodedContext* context() const { return context_.get(); }
+
+  const TaskOptions& options() const { return options_; }
+  const GroupLayout& layout() const { return layout_; }
+  const std::vector<std::vector<int32_t>>& demonstration_tokens() const { return demo_tokens_; }
+  int64_t demonstrations() const { return static_cast<int64_t>(demo_tokens_.size()); }
+  // The factor used for STRUCTURED queries without an override.
+  double default_factor() const;
+
+  absl::StatusOr<std::vector<ClassifyResult>> Classify(const std::vector<Example>& inputs,
+                                                       const QueryOverrides& overrides = {});
+  absl::StatusOr<std::vector<ChoiceResult>> ScoreChoices(
+      const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+      const QueryOverrides& overrides = {});
+  absl::StatusOr<GenerationOutput> Generate(const Example& input, GenerationParams params,
+                                            const QueryOverrides& overrides = {});
+
+  // Renders and tokenizes a query (INVALID_ARGUMENT past max_query_tokens).
+  absl::StatusOr<std::vector<int32_t>> QueryTokens(const Example& input, std::string* text) const;
+  // Continuation tokens of `answer` after `query_text` (docs: "Rendering").
+  absl::StatusOr<std::vector<int32_t>> ContinuationTokens(const std::string& query_text,
+                                                          const std::string& answer) const;
+
+ private:
+  IclTask(const Transformer& model, const Tokenizer& tokenizer)
+      : model_(model), tokenizer_(tokenizer) {}
+  // The context and placement a query uses under `overrides` (encoding the CONVENTIONAL window on
+  // first use).
+  absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> Resolve(
+      const QueryOverrides& overrides);
+  absl::StatusOr<std::vector<std::vector<CandidateScore>>> Score(
+      const std::vector<QueryWithCandidates>& items, const QueryOverrides& overrides);
+  absl::StatusOr<std::vector<double>> CalibrationProbabilities(const QueryOverrides& overrides);
+
+  const Transformer& model_;
+  const Tokenizer& tokenizer_;
+  TaskOptions options_;
+  PromptTemplate input_template_;
+  PromptTemplate answer_template_;
+  int32_t bos_id_ = 0;
+  std::vector<std::vector<int32_t>> demo_tokens_;
+  GroupLayout layout_;
+  std::unique_ptr<EncodedContext> context_;
+  std::mutex lazy_mutex_;  // guards the lazily built conventional window and calibration
+  std::unique_ptr<EncodedContext> conventional_;
+  std::map<std::pair<int, double>, std::vector<double>> calibration_cache_;
+};
+
+// Softmax of values (in double).
+std::vector<double> Softmax(const std::vector<double>& values);
+
+}  // namespace manyshot

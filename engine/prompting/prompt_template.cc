@@ -1,0 +1,83 @@
+#include "engine/prompting/prompt_template.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot {
+namespace {
+
+bool ValidNameChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+}
+
+}  // namespace
+
+absl::StatusOr<PromptTemplate> PromptTemplate::Parse(const std::string& text,
+                                                     const std::string& what) {
+  PromptTemplate t;
+  t.what_ = what;
+  std::string literal;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '{' && i + 1 < text.size() && text[i + 1] == '{') {
+      literal.push_back('{');
+      ++i;
+    } else if (c == '}' && i + 1 < text.size() && text[i + 1] == '}') {
+      literal.push_back('}');
+      ++i;
+    } else if (c == '{') {
+      size_t close = text.find('}', i + 1);
+      if (close == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": '{' at offset ", i,
+                                                       " has no closing '}' (write '{{' for a "
+                                                       "literal brace)"));
+      }
+      std::string name = text.substr(i + 1, close - i - 1);
+      if (name.empty() || !std::all_of(name.begin(), name.end(), ValidNameChar)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": placeholder '{", name, "}' at offset ", i,
+            " is not a name (letters, digits, '_', '-', '.'); write '{{' for a literal brace"));
+      }
+      if (!literal.empty()) t.pieces_.push_back({false, std::move(literal)});
+      literal.clear();
+      t.pieces_.push_back({true, name});
+      if (std::find(t.placeholders_.begin(), t.placeholders_.end(), name) ==
+          t.placeholders_.end()) {
+        t.placeholders_.push_back(name);
+      }
+      i = close;
+    } else if (c == '}') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": '}' at offset ", i, " closes nothing (write '}}' for a literal brace)"));
+    } else {
+      literal.push_back(c);
+    }
+  }
+  if (!literal.empty()) t.pieces_.push_back({false, std::move(literal)});
+  return t;
+}
+
+absl::StatusOr<std::string> PromptTemplate::Render(
+    const std::string& text, const std::map<std::string, std::string>& fields) const {
+  std::string out;
+  for (const Piece& piece : pieces_) {
+    if (!piece.placeholder) {
+      out += piece.value;
+      continue;
+    }
+    auto it = fields.find(piece.value);
+    if (it != fields.end()) {
+      out += it->second;
+    } else if (placeholders_.size() == 1) {
+      out += text;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(what_, " needs a value for placeholder {",
+                                                     piece.value, "}: set fields[\"", piece.value,
+                                                     "\"]"));
+    }
+  }
+  return out;
+}
+
+}  // namespace manyshot

@@ -1,0 +1,215 @@
+#include "engine/prompting/query_runner.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot {
+namespace {
+
+// The per-sequence attention settings of a placement.
+void Apply(const QueryPlacement& p, ForwardSequence& seq) {
+  seq.own_log_weight = p.own_log_weight;
+  seq.weighted_from = p.own_bos ? 1 : 0;
+  seq.context_from = p.context_from;
+}
+
+const ContextKv* Kv(const EncodedContext* context) { return context ? &context->kv : nullptr; }
+
+}  // namespace
+
+QueryPlacement StructuredPlacement(int64_t group_length, double factor) {
+  QueryPlacement p;
+  p.own_bos = true;
+  p.first_position = static_cast<int32_t>(group_length);
+  p.own_log_weight = static_cast<float>(std::log(factor));
+  p.context_from = 1;
+  return p;
+}
+
+QueryPlacement ConventionalPlacement(int64_t window_tokens_with_bos) {
+  QueryPlacement p;
+  p.own_bos = false;
+  p.first_position = static_cast<int32_t>(window_tokens_with_bos);
+  p.own_log_weight = 0.0f;
+  p.context_from = 0;
+  return p;
+}
+
+std::vector<double> LogSoftmax(const float* logits, int64_t vocab) {
+  double max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) max = std::max(max, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  const double lse = max + std::log(sum);
+  std::vector<double> out(vocab);
+  for (int64_t i = 0; i < vocab; ++i) out[i] = static_cast<double>(logits[i]) - lse;
+  return out;
+}
+
+// Log-probability of `token` given a logits row, without materialising the whole distribution.
+static double TokenLogProb(const float* logits, int64_t vocab, int32_t token) {
+  double max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) max = std::max(max, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  return static_cast<double>(logits[token]) - max - std::log(sum);
+}
+
+absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
+    const Transformer& model, const EncodedContext* context, const QueryPlacement& placement,
+    int32_t bos_id, const std::vector<QueryWithCandidates>& items) {
+  const size_t n = items.size();
+  std::vector<std::vector<int32_t>> tokens(n), positions(n);
+  std::vector<KvCache> caches;
+  std::vector<std::vector<int64_t>> rows(n);
+  caches.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (items[i].query.empty() && !placement.own_bos) {
+      return absl::InvalidArgumentError(absl::StrCat("query ", i, " has no tokens"));
+    }
+    if (placement.own_bos) {
+      tokens[i].push_back(bos_id);
+      positions[i].push_back(0);
+    }
+    for (size_t t = 0; t < items[i].query.size(); ++t) {
+      tokens[i].push_back(items[i].query[t]);
+      positions[i].push_back(placement.first_position + static_cast<int32_t>(t));
+    }
+    rows[i] = {static_cast<int64_t>(tokens[i].size()) - 1};
+    caches.push_back(model.NewCache(static_cast<int64_t>(tokens[i].size()) + 8));
+  }
+  std::vector<ForwardSequence> batch(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch[i] = {tokens[i], positions[i], &caches[i], rows[i]};
+    Apply(placement, batch[i]);
+  }
+  auto first = model.Forward(batch, Kv(context));
+  if (!first.ok()) return first.status();
+  const int64_t vocab = first->vocab_size;
+
+  std::vector<std::vector<CandidateScore>> scores(n);
+  // Second pass: every candidate with more than one token, forked from its query.
+  std::vector<KvCache> forks;
+  std::vector<std::pair<size_t, size_t>> owners;  // (item, candidate)
+  std::vector<std::vector<int32_t>> cand_positions;
+  std::vector<std::vector<int64_t>> cand_rows;
+  for (size_t i = 0; i < n; ++i) {
+    scores[i].resize(items[i].candidates.size());
+    for (size_t c = 0; c < items[i].candidates.size(); ++c) {
+      const auto& cand = items[i].candidates[c];
+      if (cand.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("query ", i, " candidate ", c, " has no tokens"));
+      }
+      for (int32_t t : cand) {
+        if (t < 0 || t >= vocab) {
+          return absl::InvalidArgumentError(absl::StrCat("query ", i, " candidate ", c, ": token ",
+                                                         t, " outside the vocabulary"));
+        }
+      }
+      scores[i][c].tokens = static_cast<int64_t>(cand.size());
+      scores[i][c].sum_logprob = TokenLogProb(first->row(i), vocab, cand[0]);
+      if (cand.size() > 1) {
+        forks.push_back(caches[i].Clone());
+        owners.push_back({i, c});
+      }
+    }
+  }
+  if (!forks.empty()) {
+    std::vector<ForwardSequence> cand_batch(forks.size());
+    cand_positions.resize(forks.size());
+    cand_rows.resize(forks.size());
+    for (size_t f = 0; f < forks.size(); ++f) {
+      const auto [i, c] = owners[f];
+      const auto& cand = items[i].candidates[c];
+      const int32_t start = positions[i].back() + 1;
+      for (size_t t = 0; t + 1 < cand.size(); ++t) {
+        cand_positions[f].push_back(start + static_cast<int32_t>(t));
+        cand_rows[f].push_back(static_cast<int64_t>(t));
+      }
+      cand_batch[f] = {absl::Span<const int32_t>(cand).subspan(0, cand.size() - 1),
+                       cand_positions[f], &forks[f], cand_rows[f]};
+      Apply(placement, cand_batch[f]);
+    }
+    auto second = model.Forward(cand_batch, Kv(context));
+    if (!second.ok()) return second.status();
+    size_t row = 0;
+    for (size_t f = 0; f < forks.size(); ++f) {
+      const auto [i, c] = owners[f];
+      const auto& cand = items[i].candidates[c];
+      for (size_t t = 1; t < cand.size(); ++t, ++row) {
+        scores[i][c].sum_logprob += TokenLogProb(second->row(row), vocab, cand[t]);
+      }
+    }
+  }
+  for (auto& per_item : scores) {
+    for (auto& s : per_item) s.mean_logprob = s.sum_logprob / static_cast<double>(s.tokens);
+  }
+  return scores;
+}
+
+absl::StatusOr<QueryState> QueryState::Start(const Transformer& model,
+                                             const EncodedContext* context,
+                                             const QueryPlacement& placement, int32_t bos_id,
+                                             const std::vector<int32_t>& query) {
+  QueryState state;
+  state.model_ = &model;
+  state.context_ = context;
+  state.placement_ = placement;
+  std::vector<int32_t> tokens, positions;
+  if (placement.own_bos) {
+    tokens.push_back(bos_id);
+    positions.push_back(0);
+  }
+  for (size_t t = 0; t < query.size(); ++t) {
+    tokens.push_back(query[t]);
+    positions.push_back(placement.first_position + static_cast<int32_t>(t));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("the query has no tokens");
+  state.next_position_ = positions.back() + 1;
+  state.cache_ = model.NewCache(static_cast<int64_t>(tokens.size()) + 32);
+  std::vector<int64_t> last = {static_cast<int64_t>(tokens.size()) - 1};
+  ForwardSequence seq{tokens, positions, &state.cache_, last};
+  Apply(placement, seq);
+  auto result = model.Forward({&seq, 1}, Kv(context));
+  if (!result.ok()) return result.status();
+  state.next_logprobs_ = LogSoftmax(result->row(0), result->vocab_size);
+  return state;
+}
+
+absl::Status QueryState::AdvanceAll(std::vector<QueryState*> states,
+                                    const std::vector<int32_t>& tokens) {
+  if (states.empty()) return absl::OkStatus();
+  const Transformer& model = *states.front()->model_;
+  std::vector<int32_t> positions(states.size());
+  std::vector<int64_t> row0 = {0};
+  std::vector<ForwardSequence> batch(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    positions[i] = states[i]->next_position_;
+    batch[i] = {absl::Span<const int32_t>(&tokens[i], 1),
+                absl::Span<const int32_t>(&positions[i], 1), &states[i]->cache_, row0};
+    Apply(states[i]->placement_, batch[i]);
+  }
+  auto result = model.Forward(batch, Kv(states.front()->context_));
+  if (!result.ok()) return result.status();
+  for (size_t i = 0; i < states.size(); ++i) {
+    states[i]->next_logprobs_ = LogSoftmax(result->row(i), result->vocab_size);
+    ++states[i]->next_position_;
+  }
+  return absl::OkStatus();
+}
+
+QueryState QueryState::Fork() const {
+  QueryState copy;
+  copy.model_ = model_;
+  copy.context_ = context_;
+  copy.placement_ = placement_;
+  copy.cache_ = cache_.Clone();
+  copy.next_position_ = next_position_;
+  copy.next_logprobs_ = next_logprobs_;
+  return copy;
+}
+
+}  // namespace manyshot
