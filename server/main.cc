@@ -21,7 +21,10 @@ ABSL_FLAG(std::string, data_dir, "manyshot-data",
 ABSL_FLAG(std::string, model_dir, "",
           "Hugging Face model directory to serve; empty serves the generated tiny default model "
           "(random weights)");
-ABSL_FLAG(int, threads, 0, "Compute threads; 0 uses every core");
+ABSL_FLAG(std::string, default_tokenizer_dir, "/usr/local/share/manyshot/gpt2",
+          "GPT-2 tokenizer files (vocab.json, merges.txt) used to generate the default model when "
+          "--model_dir is empty; scripts/setup.sh installs them here");
+ABSL_FLAG(int, threads, 0, "Compute threads for the model (CPU backend); 0 uses every core");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json (one JSON object per line)");
 ABSL_FLAG(std::string, port_file, "",
@@ -40,6 +43,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.model_dir = absl::GetFlag(FLAGS_model_dir);
+  config.default_tokenizer_dir = absl::GetFlag(FLAGS_default_tokenizer_dir);
   config.threads = absl::GetFlag(FLAGS_threads);
   config.log_level = absl::GetFlag(FLAGS_log_level);
   config.log_format = absl::GetFlag(FLAGS_log_format);
@@ -70,6 +74,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   manyshot::server::ServerConfig config = ConfigFromFlags();
 
+  if (config.threads < 0) {
+    std::fprintf(stderr, "manyshot-server: --threads=%d: must be 0 (every core) or more\n",
+                 config.threads);
+    return 2;
+  }
   if (auto status = manyshot::server::ConfigureLogging(config.log_level, config.log_format);
       !status.ok()) {
     std::fprintf(stderr, "manyshot-server: %s\n", std::string(status.message()).c_str());

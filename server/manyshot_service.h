@@ -3,15 +3,18 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "server/model_loader.h"
 #include "server/server_config.h"
 
 namespace manyshot::server {
 
 class ManyShotService final : public manyshot::v1::ManyShot::Service {
  public:
-  explicit ManyShotService(const ServerConfig& config);
+  // `model` is loaded before the service exists and outlives every call.
+  ManyShotService(const ServerConfig& config, std::shared_ptr<const LoadedModel> model);
 
   grpc::Status CreateTask(
       grpc::ServerContext* context,
@@ -36,6 +39,7 @@ class ManyShotService final : public manyshot::v1::ManyShot::Service {
 
  private:
   ServerConfig config_;
+  std::shared_ptr<const LoadedModel> model_;
   std::chrono::system_clock::time_point start_time_;
 };
 

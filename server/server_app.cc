@@ -19,7 +19,13 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   if (!metrics.ok()) return metrics.status();
   app->metrics_ = *std::move(metrics);
 
-  app->service_ = std::make_unique<ManyShotService>(config);
+  // The model loads before the gRPC server exists, so health (and every RPC) is answered only
+  // once it is ready; a model that fails to load stops the start with the error.
+  auto model = LoadServedModel(config, app->data_dir_->path());
+  if (!model.ok()) return model.status();
+  app->model_ = std::make_shared<const LoadedModel>(*std::move(model));
+
+  app->service_ = std::make_unique<ManyShotService>(config, app->model_);
 
   // Both must happen before the builder is created: the health service is created by the
   // builder, and the reflection plugin is only linked in when this function is called.

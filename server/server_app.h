@@ -9,6 +9,7 @@
 #include "server/data_dir.h"
 #include "server/manyshot_service.h"
 #include "server/metrics.h"
+#include "server/model_loader.h"
 #include "server/server_config.h"
 
 namespace manyshot::server {
@@ -30,6 +31,7 @@ class ServerApp {
   ServerConfig config_;
   std::unique_ptr<DataDir> data_dir_;
   std::unique_ptr<Metrics> metrics_;
+  std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<ManyShotService> service_;
   std::unique_ptr<grpc::Server> server_;
   int grpc_port_ = 0;

@@ -24,7 +24,9 @@ ServerUnderTest::ServerUnderTest(const std::filesystem::path& data_dir,
   stderr_path_ = data_dir.parent_path() / (data_dir.filename().string() + ".stderr");
   std::vector<std::string> argv = {
       ServerBinary(), "--listen_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
-      "--data_dir=" + data_dir.string(), "--port_file=" + port_file.string()};
+      "--data_dir=" + data_dir.string(), "--port_file=" + port_file.string(),
+      // The GPT-2 files the default model is generated from (extra_flags may override it).
+      std::string("--default_tokenizer_dir=") + MANYSHOT_GPT2_TOKENIZER_DIR};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   process_ =
       std::make_unique<Subprocess>(argv, data_dir.parent_path() / "server.stdout", stderr_path_);

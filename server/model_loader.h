@@ -1,0 +1,45 @@
+// The model the server serves: the backend, the transformer on it and the tokenizer, loaded once
+// at startup. With no --model_dir the server serves a generated tiny GPT-2-style model with RANDOM
+// weights (the real GPT-2 tokenizer, so the plumbing is real, but its answers are meaningless).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/tiny_model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/transformer/transformer.h"
+#include "server/server_config.h"
+
+namespace manyshot::server {
+
+struct LoadedModel {
+  // Declared first so it is destroyed last: the transformer's tensors live on it.
+  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Transformer> transformer;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::filesystem::path path;  // the model directory served
+  // True when the directory holds the tiny-model marker (manyshot_tiny_model.json): the weights
+  // were generated at random and the model's answers mean nothing.
+  bool random_weights = false;
+};
+
+// Where the default model lives inside the data directory.
+inline constexpr char kDefaultModelSubdir[] = "models/default-gpt2-tiny";
+// The name of the marker file that WriteTinyModel leaves in every generated model.
+inline constexpr char kTinyModelMarker[] = "manyshot_tiny_model.json";
+
+// The default model: family gpt2, the real GPT-2 vocabulary (50257), hidden 128, 4 layers,
+// 4 heads, intermediate 512, 1024 positions, f32, a fixed seed.
+TinyModelSpec DefaultModelSpec();
+
+// Loads config.model_dir, or (when empty) the default model in data_dir/models/default-gpt2-tiny,
+// generating it first from config.default_tokenizer_dir when it does not exist yet. Generation
+// writes to a temporary directory that is renamed into place, so a crash never leaves a half
+// model that a later start would take for a complete one. Errors name the file or tensor.
+absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config,
+                                            const std::filesystem::path& data_dir);
+
+}  // namespace manyshot::server

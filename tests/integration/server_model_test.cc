@@ -1,0 +1,148 @@
+// The served model: on its defaults the server generates a tiny GPT-2-style model with random
+// weights into its data directory (once; a restart reuses it), reports it in GetServerInfo, and a
+// model that cannot be loaded stops the start with exit status 1 and a message naming the file.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+#include "tests/integration/server_under_test.h"
+
+namespace manyshot::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+v1::ServerInfo GetInfo(const ServerUnderTest& server) {
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  grpc::ClientContext context;
+  v1::ServerInfo info;
+  grpc::Status status = stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return info;
+}
+
+void StopCleanly(ServerUnderTest& server) {
+  ASSERT_TRUE(server.process().Signal(SIGTERM));
+  auto status = server.process().Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0) << server.Stderr();
+}
+
+// Runs the server to completion with ephemeral ports (it is expected to fail at startup).
+CommandResult RunServer(const fs::path& dir, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {
+      ServerBinary(), "--listen_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
+      "--data_dir=" + (dir / "data").string(),
+      std::string("--default_tokenizer_dir=") + MANYSHOT_GPT2_TOKENIZER_DIR};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return RunCommand(argv, dir, std::chrono::seconds(30));
+}
+
+TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
+  TempDir dir;
+  const fs::path data = dir.path() / "data";
+  const fs::path model_dir = data / "models" / "default-gpt2-tiny";
+  std::string fingerprint;
+  fs::file_time_type dir_mtime, weights_mtime;
+  {
+    ServerUnderTest server(data, {"--threads=1"});
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    v1::ServerInfo info = GetInfo(server);
+    const v1::ModelInfo& m = info.model();
+    EXPECT_EQ(m.model_type(), "gpt2");
+    EXPECT_EQ(m.vocab_size(), 50257u);
+    EXPECT_TRUE(m.random_weights());
+    EXPECT_EQ(m.layers(), 4u);
+    EXPECT_EQ(m.hidden_size(), 128u);
+    EXPECT_EQ(m.heads(), 4u);
+    EXPECT_EQ(m.kv_heads(), 4u);
+    EXPECT_EQ(m.head_dim(), 32u);
+    EXPECT_EQ(m.context_length(), 1024u);
+    EXPECT_EQ(m.weight_dtype(), "f32");
+    EXPECT_EQ(m.tokenizer_kind(), "bpe-bytelevel");
+    EXPECT_EQ(m.tokenizer_fingerprint().size(), 16u);
+    EXPECT_FALSE(m.fingerprint().empty());
+    EXPECT_EQ(fs::path(m.path()), fs::absolute(model_dir).lexically_normal());
+    EXPECT_EQ(info.backend().name(), "cpu");
+    EXPECT_EQ(info.backend().threads(), 1u);
+    EXPECT_FALSE(info.backend().blas_kernel().empty());
+    EXPECT_FALSE(info.backend().device().empty());
+    fingerprint = m.fingerprint();
+
+    // The CLI says plainly that the answers are meaningless.
+    CommandResult cli =
+        RunCommand({CliBinary(), "--server=" + server.address(), "info"}, dir.path());
+    EXPECT_EQ(cli.exit_status, 0) << cli.err;
+    EXPECT_NE(cli.out.find("RANDOM WEIGHTS"), std::string::npos) << cli.out;
+    EXPECT_NE(server.Stderr().find("RANDOM weights"), std::string::npos) << server.Stderr();
+    StopCleanly(server);
+  }
+  ASSERT_TRUE(fs::is_regular_file(model_dir / "model.safetensors"));
+  ASSERT_TRUE(fs::is_regular_file(model_dir / "manyshot_tiny_model.json"));
+  ASSERT_TRUE(fs::is_regular_file(model_dir / "vocab.json"));
+  // Nothing temporary is left beside it.
+  for (const auto& entry : fs::directory_iterator(data / "models")) {
+    EXPECT_EQ(entry.path().filename(), "default-gpt2-tiny");
+  }
+  dir_mtime = fs::last_write_time(model_dir);
+  weights_mtime = fs::last_write_time(model_dir / "model.safetensors");
+
+  ServerUnderTest again(data, {});
+  ASSERT_TRUE(again.started()) << again.Stderr();
+  EXPECT_EQ(GetInfo(again).model().fingerprint(), fingerprint);
+  EXPECT_EQ(fs::last_write_time(model_dir), dir_mtime);
+  EXPECT_EQ(fs::last_write_time(model_dir / "model.safetensors"), weights_mtime);
+  EXPECT_NE(again.Stderr().find("reusing the default model"), std::string::npos) << again.Stderr();
+  StopCleanly(again);
+}
+
+TEST(ServerModelTest, MissingModelDirExitsOneNamingIt) {
+  TempDir dir;
+  const std::string missing = (dir.path() / "nonexistent").string();
+  CommandResult result = RunServer(dir.path(), {"--model_dir=" + missing});
+  EXPECT_EQ(result.exit_status, 1);
+  EXPECT_NE(result.err.find("--model_dir=" + missing), std::string::npos) << result.err;
+}
+
+TEST(ServerModelTest, MissingDefaultTokenizerSaysWhatToDo) {
+  TempDir dir;
+  CommandResult result =
+      RunServer(dir.path(), {"--default_tokenizer_dir=" + (dir.path() / "no-gpt2").string()});
+  EXPECT_EQ(result.exit_status, 1);
+  EXPECT_NE(result.err.find("scripts/setup.sh"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--model_dir"), std::string::npos) << result.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "data" / "models" / "default-gpt2-tiny"));
+}
+
+TEST(ServerModelTest, GivenModelDirAndTruncatedWeights) {
+  TempDir dir;
+  const fs::path data = dir.path() / "data";
+  {
+    ServerUnderTest server(data, {});
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    StopCleanly(server);
+  }
+  // A copy of the generated model served through --model_dir: still marked random.
+  const fs::path copy = dir.path() / "copy";
+  fs::copy(data / "models" / "default-gpt2-tiny", copy);
+  {
+    ServerUnderTest server(dir.path() / "data2", {"--model_dir=" + copy.string()});
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    v1::ModelInfo m = GetInfo(server).model();
+    EXPECT_TRUE(m.random_weights());
+    EXPECT_EQ(fs::path(m.path()), copy);
+    EXPECT_FALSE(fs::exists(dir.path() / "data2" / "models"));
+    StopCleanly(server);
+  }
+  const fs::path weights = copy / "model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) / 2);
+  CommandResult result = RunServer(dir.path(), {"--model_dir=" + copy.string()});
+  EXPECT_EQ(result.exit_status, 1);
+  EXPECT_NE(result.err.find(weights.string()), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace manyshot::testing
