@@ -12,9 +12,11 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
-    "[--work_dir=DIR]\n"
+    "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR]\n"
     "subcommands:\n"
-    "  prefill   GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n";
+    "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
+    "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
+    "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
   size_t n = std::strlen(name);
@@ -43,6 +45,10 @@ int main(int argc, char** argv) {
       options.repeats = std::stoi(value);
     } else if (Flag(argv[i], "--tokens", &value)) {
       options.tokens = std::stoll(value);
+    } else if (Flag(argv[i], "--data_dir", &value)) {
+      options.data_dir = value;
+    } else if (Flag(argv[i], "--tokenizer_dir", &value)) {
+      options.tokenizer_dir = value;
     } else if (Flag(argv[i], "--work_dir", &value)) {
       options.work_dir = value;
     } else {
@@ -53,6 +59,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(options.work_dir);
   std::string sub = argv[1];
   if (sub == "prefill") return manyshot::bench::RunPrefillBench(options);
+  if (sub == "structured") return manyshot::bench::RunStructuredBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

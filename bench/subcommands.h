@@ -11,9 +11,12 @@ struct BenchOptions {
   int repeats = 3;
   int64_t tokens = 1024;
   std::filesystem::path work_dir;  // generated models are kept here between runs
+  std::filesystem::path data_dir;  // SST-2 files; default ../shared/datasets/sst2_cbu
+  std::filesystem::path tokenizer_dir = "/usr/local/share/manyshot/gpt2";
 };
 
 int RunPrefillBench(const BenchOptions& options);
+int RunStructuredBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);

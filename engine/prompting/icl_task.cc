@@ -102,14 +102,12 @@ absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
   return task;
 }
 
-absl::Status IclTask::Encode(int64_t groups_per_pass, const EncodeProgress& progress) {
-  auto context = EncodeGroups(model_, layout_, bos_id_, groups_per_pass, progress);
-  if (!context.ok()) return context.status();
-  context_ = std::make_unique<EncodedContext>(*std::move(context));
-  return absl::OkStatus();
+absl::StatusOr<EncodedContext> IclTask::EncodeContext(int64_t groups_per_pass,
+                                                      const EncodeProgress& progress) const {
+  return EncodeGroups(model_, layout_, bos_id_, groups_per_pass, progress);
 }
 
-absl::Status IclTask::AttachContext(EncodedContext context) {
+absl::Status IclTask::CheckContext(const EncodedContext& context) const {
   const ModelConfig& c = model_.config();
   if (context.tokens != layout_.context_tokens || context.groups != layout_.groups() ||
       static_cast<int64_t>(context.kv.k.size()) != c.num_layers) {
@@ -117,16 +115,7 @@ absl::Status IclTask::AttachContext(EncodedContext context) {
         "restored context does not match the task: ", context.tokens, " tokens in ", context.groups,
         " groups, expected ", layout_.context_tokens, " in ", layout_.groups()));
   }
-  context_ = std::make_unique<EncodedContext>(std::move(context));
-  std::lock_guard<std::mutex> lock(lazy_mutex_);
-  calibration_cache_.clear();
   return absl::OkStatus();
-}
-
-void IclTask::DetachContext() {
-  context_.reset();
-  std::lock_guard<std::mutex> lock(lazy_mutex_);
-  calibration_cache_.clear();
 }
 
 double IclTask::default_factor() const {
@@ -136,7 +125,7 @@ double IclTask::default_factor() const {
 }
 
 absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolve(
-    const QueryOverrides& overrides) {
+    const EncodedContext* context, const QueryOverrides& overrides) {
   const PromptMode mode = overrides.mode.value_or(options_.mode);
   if (mode == PromptMode::kConventional) {
     std::lock_guard<std::mutex> lock(lazy_mutex_);
@@ -150,7 +139,7 @@ absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolv
     return std::make_pair(static_cast<const EncodedContext*>(conventional_.get()),
                           ConventionalPlacement(conventional_->tokens));
   }
-  if (!context_) {
+  if (context == nullptr) {
     return absl::FailedPreconditionError("the task's demonstrations are not encoded yet");
   }
   double factor = mode == PromptMode::kParallel
@@ -164,8 +153,7 @@ absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolv
     }
     factor = *overrides.rescale_factor;
   }
-  return std::make_pair(static_cast<const EncodedContext*>(context_.get()),
-                        StructuredPlacement(options_.group_length, factor));
+  return std::make_pair(context, StructuredPlacement(options_.group_length, factor));
 }
 
 absl::StatusOr<std::vector<int32_t>> IclTask::QueryTokens(const Example& input,
@@ -209,15 +197,16 @@ absl::StatusOr<std::vector<int32_t>> IclTask::ContinuationTokens(const std::stri
 }
 
 absl::StatusOr<std::vector<std::vector<CandidateScore>>> IclTask::Score(
-    const std::vector<QueryWithCandidates>& items, const QueryOverrides& overrides) {
-  auto resolved = Resolve(overrides);
+    const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+    const QueryOverrides& overrides) {
+  auto resolved = Resolve(context, overrides);
   if (!resolved.ok()) return resolved.status();
   return ScoreCandidates(model_, resolved->first, resolved->second, bos_id_, items);
 }
 
 absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
-    const QueryOverrides& overrides) {
-  auto resolved = Resolve(overrides);
+    const EncodedContext* context, const QueryOverrides& overrides) {
+  auto resolved = Resolve(context, overrides);
   if (!resolved.ok()) return resolved.status();
   const std::pair<int, double> key{static_cast<int>(overrides.mode.value_or(options_.mode)),
                                    resolved->second.own_log_weight};
@@ -249,7 +238,8 @@ absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
   return probabilities;
 }
 
-absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const std::vector<Example>& inputs,
+absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedContext* context,
+                                                              const std::vector<Example>& inputs,
                                                               const QueryOverrides& overrides) {
   if (options_.labels.empty()) {
     return absl::FailedPreconditionError("the task has no labels; use Score with candidates");
@@ -271,11 +261,11 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const std::vector<
     }
     items.push_back(std::move(item));
   }
-  auto scores = Score(items, overrides);
+  auto scores = Score(context, items, overrides);
   if (!scores.ok()) return scores.status();
   std::vector<double> calibration;
   if (options_.calibrate) {
-    auto p = CalibrationProbabilities(overrides);
+    auto p = CalibrationProbabilities(context, overrides);
     if (!p.ok()) return p.status();
     calibration = *std::move(p);
   }
@@ -302,8 +292,8 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const std::vector<
 }
 
 absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
-    const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
-    const QueryOverrides& overrides) {
+    const EncodedContext* context, const std::vector<Example>& inputs,
+    const std::vector<std::vector<std::string>>& candidates, const QueryOverrides& overrides) {
   if (inputs.size() != candidates.size()) {
     return absl::InvalidArgumentError("one candidate list per input is needed");
   }
@@ -328,7 +318,7 @@ absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
     }
     items.push_back(std::move(item));
   }
-  auto scores = Score(items, overrides);
+  auto scores = Score(context, items, overrides);
   if (!scores.ok()) return scores.status();
   std::vector<ChoiceResult> results(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -341,7 +331,8 @@ absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
   return results;
 }
 
-absl::StatusOr<GenerationOutput> IclTask::Generate(const Example& input, GenerationParams params,
+absl::StatusOr<GenerationOutput> IclTask::Generate(const EncodedContext* context,
+                                                   const Example& input, GenerationParams params,
                                                    const QueryOverrides& overrides) {
   auto query = QueryTokens(input, nullptr);
   if (!query.ok()) return query.status();
@@ -350,7 +341,7 @@ absl::StatusOr<GenerationOutput> IclTask::Generate(const Example& input, Generat
                                                    " must be between 1 and max_answer_tokens ",
                                                    options_.max_answer_tokens));
   }
-  auto resolved = Resolve(overrides);
+  auto resolved = Resolve(context, overrides);
   if (!resolved.ok()) return resolved.status();
   auto state = QueryState::Start(model_, resolved->first, resolved->second, bos_id_, *query);
   if (!state.ok()) return state.status();

@@ -81,14 +81,12 @@ class IclTask {
       const Transformer& model, const Tokenizer& tokenizer, TaskOptions options,
       const std::vector<Example>& demonstrations);
 
-  // Encodes the groups (the STRUCTURED/PARALLEL context).
-  absl::Status Encode(int64_t groups_per_pass = 4, const EncodeProgress& progress = nullptr);
-  // Uses a context restored from elsewhere (the cache) instead of encoding.
-  absl::Status AttachContext(EncodedContext context);
-  // Releases the context (it can be attached or encoded again).
-  void DetachContext();
-  bool encoded() const { return context_ != nullptr; }
-  const EncodedContext* context() const { return context_.get(); }
+  // Encodes the groups: the STRUCTURED/PARALLEL context. The task does not keep it: the caller
+  // (the cache's memory tier) owns contexts and passes one to every query call.
+  absl::StatusOr<EncodedContext> EncodeContext(int64_t groups_per_pass = 4,
+                                               const EncodeProgress& progress = nullptr) const;
+  // OK when `context` (restored from the cache) has this task's shape; DATA_LOSS otherwise.
+  absl::Status CheckContext(const EncodedContext& context) const;
 
   const TaskOptions& options() const { return options_; }
   const GroupLayout& layout() const { return layout_; }
@@ -97,13 +95,22 @@ class IclTask {
   // The factor used for STRUCTURED queries without an override.
   double default_factor() const;
 
-  absl::StatusOr<std::vector<ClassifyResult>> Classify(const std::vector<Example>& inputs,
+  // Queries. `context` is this task's encoded context (unused, and may be null, in CONVENTIONAL
+  // mode, whose window the task encodes and keeps itself on first use).
+  absl::StatusOr<std::vector<ClassifyResult>> Classify(const EncodedContext* context,
+                                                       const std::vector<Example>& inputs,
                                                        const QueryOverrides& overrides = {});
   absl::StatusOr<std::vector<ChoiceResult>> ScoreChoices(
-      const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+      const EncodedContext* context, const std::vector<Example>& inputs,
+      const std::vector<std::vector<std::string>>& candidates,
       const QueryOverrides& overrides = {});
-  absl::StatusOr<GenerationOutput> Generate(const Example& input, GenerationParams params,
+  absl::StatusOr<GenerationOutput> Generate(const EncodedContext* context, const Example& input,
+                                            GenerationParams params,
                                             const QueryOverrides& overrides = {});
+  // The mode a request runs in.
+  PromptMode EffectiveMode(const QueryOverrides& overrides) const {
+    return overrides.mode.value_or(options_.mode);
+  }
 
   // Renders and tokenizes a query (INVALID_ARGUMENT past max_query_tokens).
   absl::StatusOr<std::vector<int32_t>> QueryTokens(const Example& input, std::string* text) const;
@@ -117,10 +124,12 @@ class IclTask {
   // The context and placement a query uses under `overrides` (encoding the CONVENTIONAL window on
   // first use).
   absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> Resolve(
-      const QueryOverrides& overrides);
+      const EncodedContext* context, const QueryOverrides& overrides);
   absl::StatusOr<std::vector<std::vector<CandidateScore>>> Score(
-      const std::vector<QueryWithCandidates>& items, const QueryOverrides& overrides);
-  absl::StatusOr<std::vector<double>> CalibrationProbabilities(const QueryOverrides& overrides);
+      const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+      const QueryOverrides& overrides);
+  absl::StatusOr<std::vector<double>> CalibrationProbabilities(const EncodedContext* context,
+                                                               const QueryOverrides& overrides);
 
   const Transformer& model_;
   const Tokenizer& tokenizer_;
@@ -130,7 +139,6 @@ class IclTask {
   int32_t bos_id_ = 0;
   std::vector<std::vector<int32_t>> demo_tokens_;
   GroupLayout layout_;
-  std::unique_ptr<EncodedContext> context_;
   std::mutex lazy_mutex_;  // guards the lazily built conventional window and calibration
   std::unique_ptr<EncodedContext> conventional_;
   std::map<std::pair<int, double>, std::vector<double>> calibration_cache_;

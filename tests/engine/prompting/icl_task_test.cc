@@ -46,11 +46,29 @@ TaskOptions Sst2Options() {
   return o;
 }
 
-std::unique_ptr<IclTask> PreparedSst2(TaskOptions options = Sst2Options()) {
+// A prepared task with its encoded context; queries go through the helpers below.
+struct EncodedTask {
+  std::unique_ptr<IclTask> task;
+  EncodedContext context;
+  IclTask* operator->() { return task.get(); }
+  auto Classify(const std::vector<Example>& inputs, const QueryOverrides& o = {}) {
+    return task->Classify(&context, inputs, o);
+  }
+  auto ScoreChoices(const std::vector<Example>& inputs,
+                    const std::vector<std::vector<std::string>>& candidates) {
+    return task->ScoreChoices(&context, inputs, candidates);
+  }
+  auto Generate(const Example& input, const GenerationParams& params) {
+    return task->Generate(&context, input, params);
+  }
+};
+
+EncodedTask PreparedSst2(TaskOptions options = Sst2Options()) {
   auto task = IclTask::Prepare(GoldenModel("gpt2"), Gpt2Tokenizer(), options, Sst2Demonstrations());
   EXPECT_TRUE(task.ok()) << task.status();
-  EXPECT_TRUE((*task)->Encode().ok());
-  return *std::move(task);
+  auto context = (*task)->EncodeContext();
+  EXPECT_TRUE(context.ok());
+  return {*std::move(task), *std::move(context)};
 }
 
 TEST(IclTaskTest, DemonstrationsAreRenderedAndTokenizedInOneCall) {
@@ -61,8 +79,9 @@ TEST(IclTaskTest, DemonstrationsAreRenderedAndTokenizedInOneCall) {
   EXPECT_EQ(task->demonstration_tokens()[0], *expected);
   EXPECT_EQ(task->layout().group_length, 48);
   EXPECT_GT(task->layout().groups(), 1);
-  EXPECT_EQ(task->context()->tokens, task->layout().context_tokens);
-  EXPECT_EQ(task->context()->bytes(), 2ull * 2 * task->context()->tokens * 4 * 16 * 4);
+  EXPECT_EQ(task.context.tokens, task->layout().context_tokens);
+  EXPECT_EQ(task.context.bytes(), 2ull * 2 * task.context.tokens * 4 * 16 * 4);
+  EXPECT_TRUE(task->CheckContext(task.context).ok());
 }
 
 TEST(IclTaskTest, ContinuationTokensFollowTheHarnessRule) {
@@ -82,7 +101,7 @@ TEST(IclTaskTest, ClassifyReturnsConsistentScores) {
   auto task = PreparedSst2();
   std::vector<Example> inputs = {
       {"a delightful film", {}, ""}, {"", {}, ""}, {"un film très réussi 🎬 — 映画", {}, ""}};
-  auto results = task->Classify(inputs);
+  auto results = task.Classify(inputs);
   ASSERT_TRUE(results.ok()) << results.status();
   ASSERT_EQ(results->size(), 3u);
   for (const auto& r : *results) {
@@ -98,7 +117,7 @@ TEST(IclTaskTest, ClassifyReturnsConsistentScores) {
     EXPECT_EQ(r.prediction, argmax);
   }
   // The same input alone gives the same scores as in the batch.
-  auto alone = task->Classify({inputs[2]});
+  auto alone = task.Classify({inputs[2]});
   ASSERT_TRUE(alone.ok());
   EXPECT_NEAR((*alone)[0].labels[0].score.sum_logprob, (*results)[2].labels[0].score.sum_logprob,
               1e-5);
@@ -109,11 +128,11 @@ TEST(IclTaskTest, CalibrationDividesByTheContentFreeDistribution) {
   options.calibrate = true;
   auto calibrated = PreparedSst2(options);
   auto plain = PreparedSst2();
-  auto content_free = plain->Classify({{"N/A", {}, ""}});
+  auto content_free = plain.Classify({{"N/A", {}, ""}});
   ASSERT_TRUE(content_free.ok());
   const double cf0 = (*content_free)[0].labels[0].probability;
   const double cf1 = (*content_free)[0].labels[1].probability;
-  auto r = calibrated->Classify({{"a delightful film", {}, ""}});
+  auto r = calibrated.Classify({{"a delightful film", {}, ""}});
   ASSERT_TRUE(r.ok());
   const auto& l = (*r)[0].labels;
   const double w0 = l[0].probability / cf0, w1 = l[1].probability / cf1;
@@ -125,16 +144,16 @@ TEST(IclTaskTest, CalibrationDividesByTheContentFreeDistribution) {
 TEST(IclTaskTest, ModesAndOverrides) {
   auto task = PreparedSst2();
   Example input{"a delightful film", {}, ""};
-  auto structured = task->Classify({input});
+  auto structured = task.Classify({input});
   QueryOverrides parallel;
   parallel.mode = PromptMode::kParallel;
   QueryOverrides factor_one;
   factor_one.rescale_factor = 1.0;
   QueryOverrides conventional;
   conventional.mode = PromptMode::kConventional;
-  auto p = task->Classify({input}, parallel);
-  auto f1 = task->Classify({input}, factor_one);
-  auto c = task->Classify({input}, conventional);
+  auto p = task.Classify({input}, parallel);
+  auto f1 = task.Classify({input}, factor_one);
+  auto c = task.Classify({input}, conventional);
   ASSERT_TRUE(structured.ok() && p.ok() && f1.ok() && c.ok()) << c.status();
   EXPECT_NEAR((*p)[0].labels[0].score.sum_logprob, (*f1)[0].labels[0].score.sum_logprob, 1e-9);
   EXPECT_GT(
@@ -145,18 +164,18 @@ TEST(IclTaskTest, ModesAndOverrides) {
       1e-6);
   QueryOverrides bad;
   bad.rescale_factor = -2;
-  EXPECT_EQ(task->Classify({input}, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(task.Classify({input}, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(IclTaskTest, MultiChoiceScoresCandidatesPerInput) {
   auto task = PreparedSst2();
-  auto r = task->ScoreChoices({{"the plot", {}, ""}, {"the cast", {}, ""}},
-                              {{" dull", " thrilling and fresh"}, {" weak", " strong", " odd"}});
+  auto r = task.ScoreChoices({{"the plot", {}, ""}, {"the cast", {}, ""}},
+                             {{" dull", " thrilling and fresh"}, {" weak", " strong", " odd"}});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ((*r)[0].candidates.size(), 2u);
   ASSERT_EQ((*r)[1].candidates.size(), 3u);
   EXPECT_GT((*r)[0].candidates[1].tokens, 1);
-  EXPECT_EQ(task->ScoreChoices({{"x", {}, ""}}, {{}}).status().code(),
+  EXPECT_EQ(task.ScoreChoices({{"x", {}, ""}}, {{}}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -167,26 +186,26 @@ TEST(IclTaskTest, GreedyIsBeamOfWidthOneAndBeamSearchIsDeterministic) {
   greedy.max_new_tokens = 5;
   std::vector<int32_t> streamed;
   greedy.on_token = [&](int32_t t, double) { streamed.push_back(t); };
-  auto g = task->Generate(input, greedy);
+  auto g = task.Generate(input, greedy);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->tokens, streamed);
   GenerationParams beam1;
   beam1.beam_search = true;
   beam1.beam_width = 1;
   beam1.max_new_tokens = 5;
-  auto b1 = task->Generate(input, beam1);
+  auto b1 = task.Generate(input, beam1);
   ASSERT_TRUE(b1.ok());
   EXPECT_EQ(b1->tokens, g->tokens);
   GenerationParams beam3 = beam1;
   beam3.beam_width = 3;
-  auto x = task->Generate(input, beam3);
-  auto y = task->Generate(input, beam3);
+  auto x = task.Generate(input, beam3);
+  auto y = task.Generate(input, beam3);
   ASSERT_TRUE(x.ok() && y.ok());
   EXPECT_EQ(x->tokens, y->tokens);
   EXPECT_GE(x->score, g->score - 1e-9);  // beam search never ranks below greedy's hypothesis
   GenerationParams too_long = greedy;
   too_long.max_new_tokens = 9;
-  EXPECT_THAT(std::string(task->Generate(input, too_long).status().message()),
+  EXPECT_THAT(std::string(task.Generate(input, too_long).status().message()),
               HasSubstr("max_answer_tokens 8"));
 }
 
@@ -194,7 +213,7 @@ TEST(IclTaskTest, StopStringsEndGeneration) {
   auto task = PreparedSst2();
   GenerationParams free_run;
   free_run.max_new_tokens = 8;
-  auto full = task->Generate({"a delightful film", {}, ""}, free_run);
+  auto full = task.Generate({"a delightful film", {}, ""}, free_run);
   ASSERT_TRUE(full.ok());
   ASSERT_GE(full->tokens.size(), 3u);
   // Stop on the text of the first two generated tokens: generation ends right there.
@@ -203,7 +222,7 @@ TEST(IclTaskTest, StopStringsEndGeneration) {
   ASSERT_TRUE(two.ok());
   GenerationParams stopping = free_run;
   stopping.stop = {*two};
-  auto stopped = task->Generate({"a delightful film", {}, ""}, stopping);
+  auto stopped = task.Generate({"a delightful film", {}, ""}, stopping);
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->reason, FinishReason::kStopString);
   EXPECT_LE(stopped->tokens.size(), 2u);
@@ -237,9 +256,9 @@ TEST(IclTaskTest, BadTasksAndQueriesAreClearErrors) {
   auto task = PreparedSst2();
   std::string long_text;
   for (int i = 0; i < 100; ++i) long_text += " word";
-  EXPECT_THAT(std::string(task->Classify({{long_text, {}, ""}}).status().message()),
+  EXPECT_THAT(std::string(task.Classify({{long_text, {}, ""}}).status().message()),
               HasSubstr("max_query_tokens 64"));
-  EXPECT_EQ(task->Classify({{"\xff\xfe", {}, ""}}).status().code(),
+  EXPECT_EQ(task.Classify({{"\xff\xfe", {}, ""}}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
