@@ -12,7 +12,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
-    "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR]\n"
+    "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick]\n"
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) {
       options.json = true;
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      options.quick = true;
     } else if (Flag(argv[i], "--threads", &value)) {
       options.threads = std::stoi(value);
     } else if (Flag(argv[i], "--repeats", &value)) {

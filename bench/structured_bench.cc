@@ -142,6 +142,7 @@ int RunStructuredBench(const BenchOptions& options) {
   // Scaling with the number of shots.
   std::vector<Example> scaling_queries(test->begin(), test->begin() + 16);
   for (size_t n : {100u, 300u, 1000u, 3000u}) {
+    if (options.quick) break;
     std::vector<Example> demos(train->begin(), train->begin() + n);
     auto t = IclTask::Prepare(**model, **tokenizer, Sst2TaskOptions(), demos);
     if (!t.ok()) return 1;

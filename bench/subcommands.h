@@ -10,6 +10,7 @@ struct BenchOptions {
   int threads = 2;
   int repeats = 3;
   int64_t tokens = 1024;
+  bool quick = false;  // structured: skip the 100..3000-shot scaling section
   std::filesystem::path work_dir;  // generated models are kept here between runs
   std::filesystem::path data_dir;  // SST-2 files; default ../shared/datasets/sst2_cbu
   std::filesystem::path tokenizer_dir = "/usr/local/share/manyshot/gpt2";

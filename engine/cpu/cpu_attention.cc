@@ -32,7 +32,7 @@ struct OnlineSoftmax {
     o.assign(rows * dim, 0.0f);
     max.assign(rows, kNegInf);
     sum.assign(rows, 0.0f);
-    scores.resize(rows * kKeyTile);
+    scores.resize(std::min(rows, kRowBlock) * kKeyTile);
   }
 };
 
@@ -44,49 +44,85 @@ struct KeyRule {
   float log_weight = 0.0f;
 };
 
-// Attends `rows` query rows (q, row stride q_ld) to keys [0, nkeys) of k/v (row stride kv_ld).
+// Folds one key tile (keys j0 .. j0+tile of k/v, row stride kv_ld) into the online softmax of
+// `rows` query rows (q, row stride q_ld). `state.max/sum/o` rows start at `state_row`.
+void AttendTile(const float* q, int64_t q_ld, int64_t rows, const float* k, const float* v,
+                int64_t kv_ld, int64_t j0, int64_t tile, int64_t dim, float scale,
+                const KeyRule& rule, OnlineSoftmax& state, int64_t state_row) {
+  float* s = state.scores.data();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+              static_cast<int>(tile), static_cast<int>(dim), scale, q, static_cast<int>(q_ld), k,
+              static_cast<int>(kv_ld), 0.0f, s, static_cast<int>(tile));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * tile;
+    const int64_t visible = rule.limit ? std::clamp<int64_t>(rule.limit[r] - j0, 0, tile) : tile;
+    for (int64_t j = visible; j < tile; ++j) sr[j] = kNegInf;
+    const int64_t wfrom = std::clamp<int64_t>(rule.weighted_from - j0, 0, visible);
+    if (rule.log_weight != 0.0f) {
+      for (int64_t j = wfrom; j < visible; ++j) sr[j] += rule.log_weight;
+    }
+    float tile_max = kNegInf;
+    for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, sr[j]);
+    float& row_max = state.max[state_row + r];
+    const float new_max = std::max(row_max, tile_max);
+    if (new_max == kNegInf) {  // nothing visible yet for this row
+      for (int64_t j = 0; j < tile; ++j) sr[j] = 0.0f;
+      continue;
+    }
+    const float correction = vmath::Exp(row_max - new_max);
+    for (int64_t j = 0; j < tile; ++j) sr[j] = vmath::Exp(sr[j] - new_max);
+    float tile_sum = 0.0f;
+    for (int64_t j = 0; j < tile; ++j) tile_sum += sr[j];
+    float& row_sum = state.sum[state_row + r];
+    row_sum = row_sum * correction + tile_sum;
+    row_max = new_max;
+    float* orow = state.o.data() + (state_row + r) * dim;
+    if (correction != 1.0f) {
+      for (int64_t d = 0; d < dim; ++d) orow[d] *= correction;
+    }
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+              static_cast<int>(dim), static_cast<int>(tile), 1.0f, s, static_cast<int>(tile), v,
+              static_cast<int>(kv_ld), 1.0f, state.o.data() + state_row * dim,
+              static_cast<int>(dim));
+}
+
+// Attends `rows` query rows to keys [0, nkeys) of f32 k/v (row stride kv_ld).
 void AttendTiles(const float* q, int64_t q_ld, int64_t rows, const float* k, const float* v,
                  int64_t kv_ld, int64_t nkeys, int64_t dim, float scale, const KeyRule& rule,
                  OnlineSoftmax& state) {
   for (int64_t j0 = 0; j0 < nkeys; j0 += kKeyTile) {
     const int64_t tile = std::min(kKeyTile, nkeys - j0);
-    float* s = state.scores.data();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                static_cast<int>(tile), static_cast<int>(dim), scale, q, static_cast<int>(q_ld),
-                k + j0 * kv_ld, static_cast<int>(kv_ld), 0.0f, s, static_cast<int>(tile));
-    for (int64_t r = 0; r < rows; ++r) {
-      float* sr = s + r * tile;
-      const int64_t visible = rule.limit ? std::clamp<int64_t>(rule.limit[r] - j0, 0, tile) : tile;
-      for (int64_t j = visible; j < tile; ++j) sr[j] = kNegInf;
-      const int64_t wfrom = std::clamp<int64_t>(rule.weighted_from - j0, 0, visible);
-      if (rule.log_weight != 0.0f) {
-        for (int64_t j = wfrom; j < visible; ++j) sr[j] += rule.log_weight;
-      }
-      float tile_max = kNegInf;
-      for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, sr[j]);
-      const float new_max = std::max(state.max[r], tile_max);
-      if (new_max == kNegInf) {  // nothing visible yet for this row
-        for (int64_t j = 0; j < tile; ++j) sr[j] = 0.0f;
-        continue;
-      }
-      const float correction = vmath::Exp(state.max[r] - new_max);
-      float tile_sum = 0.0f;
-      for (int64_t j = 0; j < tile; ++j) {
-        float p = vmath::Exp(sr[j] - new_max);
-        sr[j] = p;
-        tile_sum += p;
-      }
-      state.sum[r] = state.sum[r] * correction + tile_sum;
-      state.max[r] = new_max;
-      float* orow = state.o.data() + r * dim;
-      if (correction != 1.0f) {
-        for (int64_t d = 0; d < dim; ++d) orow[d] *= correction;
-      }
+    AttendTile(q, q_ld, rows, k + j0 * kv_ld, v + j0 * kv_ld, kv_ld, j0, tile, dim, scale, rule,
+               state, 0);
+  }
+}
+
+// Copies keys [j0, j0 + tile) of one kv head (any dtype) into a contiguous f32 [tile, dim] tile.
+void LoadTile(const Tensor& t, int64_t kv_head, int64_t j0, int64_t tile, float* out) {
+  const int64_t kv_heads = t.dim(1), dim = t.dim(2);
+  const int64_t base = (j0 * kv_heads + kv_head) * dim;
+  const int64_t ld = kv_heads * dim;
+  switch (t.dtype()) {
+    case DType::kF32: {
+      const float* src = t.data<float>() + base;
+      for (int64_t j = 0; j < tile; ++j) std::copy(src + j * ld, src + j * ld + dim, out + j * dim);
+      break;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                static_cast<int>(dim), static_cast<int>(tile), 1.0f, s, static_cast<int>(tile),
-                v + j0 * kv_ld, static_cast<int>(kv_ld), 1.0f, state.o.data(),
-                static_cast<int>(dim));
+    case DType::kBF16: {
+      const uint16_t* src = t.data<uint16_t>() + base;
+      for (int64_t j = 0; j < tile; ++j) {
+        for (int64_t d = 0; d < dim; ++d) out[j * dim + d] = BF16ToF32(src[j * ld + d]);
+      }
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* src = t.data<uint16_t>() + base;
+      for (int64_t j = 0; j < tile; ++j) {
+        for (int64_t d = 0; d < dim; ++d) out[j * dim + d] = F16ToF32(src[j * ld + d]);
+      }
+      break;
+    }
   }
 }
 
@@ -175,22 +211,49 @@ void CpuBackend::Attention(const Tensor& q, absl::Span<const AttentionSequence> 
     for (int64_t i = 0; i < n; ++i) {
       std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
     }
+    // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
+    // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row
+    // block while it is hot in cache. f32 contexts are read in place.
+    constexpr int64_t kRowChunk = 1024;
     std::vector<Item> citems;
     for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-        citems.push_back({0, h, r0, std::min(n, r0 + kRowBlock)});
+      for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
+        citems.push_back({0, h, r0, std::min(n, r0 + kRowChunk)});
       }
     }
+    const bool direct = context->k->dtype() == DType::kF32;
+    std::vector<std::vector<float>> k_tiles(pool_->size()), v_tiles(pool_->size());
     pool_->ParallelForEach(static_cast<int64_t>(citems.size()), [&](int64_t i, int thread) {
       const Item& it = citems[i];
       const int64_t rows = it.r1 - it.r0;
+      const int64_t kv_head = it.head / group;
       OnlineSoftmax& state = states[thread];
       state.Reset(rows, dim);
       KeyRule rule;
-      AttendTiles(gq.data() + it.r0 * q_ld + it.head * dim, q_ld, rows,
-                  context->k->data<float>() + (it.head / group) * dim,
-                  context->v->data<float>() + (it.head / group) * dim, kv_ld, context->len, dim,
-                  scale, rule, state);
+      for (int64_t j0 = 0; j0 < context->len; j0 += kKeyTile) {
+        const int64_t tile = std::min(kKeyTile, context->len - j0);
+        const float* k;
+        const float* v;
+        int64_t ld;
+        if (direct) {
+          k = context->k->data<float>() + (j0 * kv_heads + kv_head) * dim;
+          v = context->v->data<float>() + (j0 * kv_heads + kv_head) * dim;
+          ld = kv_ld;
+        } else {
+          k_tiles[thread].resize(kKeyTile * dim);
+          v_tiles[thread].resize(kKeyTile * dim);
+          LoadTile(*context->k, kv_head, j0, tile, k_tiles[thread].data());
+          LoadTile(*context->v, kv_head, j0, tile, v_tiles[thread].data());
+          k = k_tiles[thread].data();
+          v = v_tiles[thread].data();
+          ld = dim;
+        }
+        for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
+          const int64_t block = std::min(kRowBlock, rows - b0);
+          AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0,
+                     tile, dim, scale, rule, state, b0);
+        }
+      }
       Finish(state, rows, dim, co.data() + it.r0 * q_ld + it.head * dim, q_ld,
              clse.data() + it.r0 * heads + it.head, heads);
     });
