@@ -98,7 +98,7 @@ absl::StatusOr<GenerationOutput> BeamSearch(QueryState start, const GenerationPa
     std::vector<Beam> next;
     std::vector<int32_t> next_tokens;
     for (const Pair& p : best) {
-      if (finished.size() >= k) break;
+      if (next.size() >= k) break;  // the step ends once k live beams are collected
       std::vector<int32_t> tokens = live[p.beam].tokens;
       if (params.eos_id && p.token == *params.eos_id) {
         GenerationOutput done;

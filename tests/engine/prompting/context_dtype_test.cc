@@ -53,7 +53,8 @@ TEST(ContextDtypeTest, SixteenBitContextsAreReadDirectly) {
   ASSERT_TRUE(context.ok());
   std::vector<QueryWithCandidates> items;
   for (int q = 0; q < 5; ++q) {
-    items.push_back({{token(rng), token(rng), token(rng)}, {{token(rng)}, {token(rng), token(rng)}}});
+    items.push_back(
+        {{token(rng), token(rng), token(rng)}, {{token(rng)}, {token(rng), token(rng)}}});
   }
   const QueryPlacement placement = StructuredPlacement(40, static_cast<double>(layout->groups()));
   auto f32 = ScoreCandidates(model, &*context, placement, 1, items);
@@ -70,8 +71,8 @@ TEST(ContextDtypeTest, SixteenBitContextsAreReadDirectly) {
       for (size_t c = 0; c < 2; ++c) {
         // Same values, converted on use vs converted up front: identical.
         EXPECT_EQ((*direct)[i][c].sum_logprob, (*reference)[i][c].sum_logprob);
-        max_diff = std::max(max_diff,
-                            std::abs((*direct)[i][c].sum_logprob - (*f32)[i][c].sum_logprob));
+        max_diff =
+            std::max(max_diff, std::abs((*direct)[i][c].sum_logprob - (*f32)[i][c].sum_logprob));
       }
     }
     RecordProperty(std::string("max_abs_logprob_diff_") + std::string(DTypeName(dtype)),
