@@ -1,0 +1,50 @@
+// Content-addressed cache keys (DESIGN.md §3): a 128-bit XXH3 hash, in hex, of a canonical,
+// length-prefixed serialization of everything that determines a task's KV bytes. Equal tasks get
+// equal keys and share one cache entry; any change in an input gives a different key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/dtype.h"
+#include "engine/prompting/groups.h"
+
+namespace manyshot {
+
+class IclTask;
+class Tokenizer;
+class Transformer;
+
+// Bumped whenever the blob layout or the encoding rules change, so old blobs are never reused.
+inline constexpr uint32_t kCacheFormatVersion = 1;
+
+struct CacheKeyInputs {
+  uint32_t format_version = kCacheFormatVersion;
+  std::string model_fingerprint;
+  std::string tokenizer_fingerprint;
+  // The demonstrations' token ids in packing order (after the shuffle). Token ids rather than
+  // rendered texts: they are exactly what the model sees, so they pin the KV bytes even if the
+  // renderer changes; the texts are still covered through the templates and separator below.
+  std::vector<std::vector<int32_t>> demonstrations;
+  std::string input_template;
+  std::string answer_template;
+  std::string separator;
+  int64_t group_length = 0;  // L
+  Alignment alignment = Alignment::kTruncate;
+  LongDemonstrationPolicy long_demonstrations = LongDemonstrationPolicy::kReject;
+  DType kv_dtype = DType::kF32;  // the storage dtype: a bf16 entry is not an f32 entry
+};
+
+// 32 lowercase hex digits of XXH3_128 over the canonical serialization of `inputs`.
+std::string ComputeCacheKey(const CacheKeyInputs& inputs);
+
+// The inputs of a prepared task (its demonstrations in packing order, its options).
+CacheKeyInputs KeyInputsForTask(const Transformer& model, const Tokenizer& tokenizer,
+                                const IclTask& task, DType kv_dtype);
+
+// Convenience: ComputeCacheKey(KeyInputsForTask(...)).
+std::string CacheKeyForTask(const Transformer& model, const Tokenizer& tokenizer,
+                            const IclTask& task, DType kv_dtype);
+
+}  // namespace manyshot

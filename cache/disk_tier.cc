@@ -1,0 +1,515 @@
+#include "cache/disk_tier.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/file_checksum.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "cache/cache_key.h"
+#include "cache/kv_stream.h"
+
+namespace manyshot {
+namespace {
+
+constexpr char kTaskPrefix[] = "t/";
+constexpr char kReadyPrefix[] = "ready/";
+constexpr char kHeaderPrefix[] = "h/";
+constexpr char kAccessPrefix[] = "a/";
+constexpr char kPendingPrefix[] = "p/";
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string message = absl::StrCat(std::string(what), ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(message);
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  return absl::InternalError(message);
+}
+
+std::string EncodeU64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+uint64_t DecodeU64(std::string_view s) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < s.size(); ++i) {
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+  }
+  return v;
+}
+
+// Every (key, value) of `cf` whose key starts with `prefix`, prefix stripped.
+template <typename Fn>
+rocksdb::Status ScanPrefix(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
+                           const std::string& prefix, Fn fn) {
+  rocksdb::ReadOptions ro;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, cf));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    std::string_view key(it->key().data(), it->key().size());
+    fn(std::string(key.substr(prefix.size())), it->value().ToStringView());
+  }
+  return it->status();
+}
+
+rocksdb::ColumnFamilyOptions KvFamilyOptions() {
+  rocksdb::ColumnFamilyOptions o;
+  // Large values go to RocksDB blob files (integrated BlobDB): compactions move 16-byte blob
+  // references instead of rewriting gigabytes of K/V, and a read is one pread of the value.
+  o.enable_blob_files = true;
+  o.min_blob_size = 4096;
+  o.blob_file_size = uint64_t{256} << 20;
+  o.enable_blob_garbage_collection = true;  // reclaims space of deleted blobs
+  // Float K/V barely compresses; compressing would only cost restore time.
+  o.compression = rocksdb::kNoCompression;
+  o.blob_compression_type = rocksdb::kNoCompression;
+  o.write_buffer_size = uint64_t{64} << 20;
+  return o;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::filesystem::path& path,
+                                                         DiskTierOptions options) {
+  if (options.chunk_bytes == 0 || options.chunk_bytes % 4 != 0) {
+    return absl::InvalidArgumentError("chunk_bytes must be a positive multiple of 4");
+  }
+  std::unique_ptr<DiskTier> tier(new DiskTier());
+  tier->options_ = std::move(options);
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.paranoid_checks = true;
+  // Per-file checksums recorded in the MANIFEST (and what VerifyFileChecksums() needs).
+  db_options.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
+  db_options.max_background_jobs = 2;
+  rocksdb::ColumnFamilyOptions small;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, small},
+      {"tasks", small},
+      {"kv", KvFamilyOptions()},
+      {"kv_meta", small}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, path.string(), families, &handles, &tier->db_);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("open RocksDB at ", path.string()));
+  tier->default_ = handles[0];
+  tier->tasks_cf_ = handles[1];
+  tier->kv_ = handles[2];
+  tier->meta_ = handles[3];
+  if (absl::Status r = tier->Recover(); !r.ok()) return r;
+  return tier;
+}
+
+DiskTier::~DiskTier() {
+  if (!db_) return;
+  for (auto* h : {default_, tasks_cf_, kv_, meta_}) {
+    if (h) db_->DestroyColumnFamilyHandle(h);
+  }
+  db_->Close().PermitUncheckedError();
+  delete db_;
+}
+
+void DiskTier::Log(LogLevel level, const std::string& message) const {
+  if (options_.log) options_.log(level, message);
+}
+
+void DiskTier::AddBlobDeletion(const std::string& key, rocksdb::WriteBatch* batch) {
+  // A range delete covers every chunk even when the header (and so the chunk count) is unreadable.
+  batch->DeleteRange(kv_, ChunkKey(key, 0), ChunkKey(key, std::numeric_limits<uint64_t>::max()))
+      .PermitUncheckedError();
+  batch->Delete(meta_, kHeaderPrefix + key).PermitUncheckedError();
+  batch->Delete(meta_, kAccessPrefix + key).PermitUncheckedError();
+  batch->Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
+}
+
+// Rebuilds the in-memory index from the database and repairs what a crash can leave behind:
+// chunks of staged writes that never committed, records without a ready marker, unreadable
+// headers, and blobs no task uses.
+absl::Status DiskTier::Recover() {
+  rocksdb::WriteBatch repairs;
+  std::vector<std::string> pending;
+  rocksdb::Status s =
+      ScanPrefix(db_, meta_, kPendingPrefix,
+                 [&](std::string key, std::string_view) { pending.push_back(key); });
+  if (!s.ok()) return FromRocks(s, "scan staged writes");
+  for (const std::string& key : pending) {
+    std::string header;
+    if (db_->Get(rocksdb::ReadOptions(), meta_, kHeaderPrefix + key, &header).IsNotFound()) {
+      AddBlobDeletion(key, &repairs);
+      ++counters_.staged_writes_recovered;
+      Log(LogLevel::kWarning, absl::StrCat("cache: discarding uncommitted KV blob ", key));
+    } else {
+      repairs.Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
+    }
+  }
+  // Ready tasks.
+  std::map<std::string, std::string> ready;
+  s = ScanPrefix(db_, tasks_cf_, kReadyPrefix,
+                 [&](std::string id, std::string_view key) { ready[id] = std::string(key); });
+  if (!s.ok()) return FromRocks(s, "scan ready tasks");
+  s = ScanPrefix(db_, tasks_cf_, kTaskPrefix, [&](std::string id, std::string_view bytes) {
+    if (!ready.count(id)) {  // cannot happen with atomic batches; never visible either way
+      repairs.Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
+      return;
+    }
+    auto record = ParseTaskRecord(bytes);
+    if (!record.ok() || record->task_id != id) {
+      ++counters_.corruptions_detected;
+      Log(LogLevel::kError, absl::StrCat("cache: task ", id, " has a damaged record (",
+                                         record.status().ToString(), "); dropping it"));
+      repairs.Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
+      repairs.Delete(tasks_cf_, kReadyPrefix + id).PermitUncheckedError();
+      return;
+    }
+    users_[record->kv_key].insert(id);
+    tasks_[id] = *std::move(record);
+  });
+  if (!s.ok()) return FromRocks(s, "scan task records");
+  for (const auto& [id, key] : ready) {
+    if (!tasks_.count(id)) repairs.Delete(tasks_cf_, kReadyPrefix + id).PermitUncheckedError();
+  }
+  // Blobs.
+  std::map<std::string, uint64_t> access;
+  s = ScanPrefix(db_, meta_, kAccessPrefix, [&](std::string key, std::string_view v) {
+    access[key] = DecodeU64(v);
+    clock_ = std::max(clock_, DecodeU64(v));
+  });
+  if (!s.ok()) return FromRocks(s, "scan access times");
+  s = ScanPrefix(db_, meta_, kHeaderPrefix, [&](std::string key, std::string_view bytes) {
+    auto header = ParseBlobHeader(bytes);
+    if (!header.ok() || header->key != key) {
+      ++counters_.corruptions_detected;
+      Log(LogLevel::kError, absl::StrCat("cache: KV blob ", key, " has a damaged header; deleted"));
+      AddBlobDeletion(key, &repairs);
+      return;
+    }
+    if (!users_.count(key)) {  // no task uses it (its task was deleted mid-flight): garbage
+      AddBlobDeletion(key, &repairs);
+      return;
+    }
+    blobs_[key] = {header->total_bytes, access.count(key) ? access[key] : 0};
+    bytes_ += header->total_bytes;
+  });
+  if (!s.ok()) return FromRocks(s, "scan blob headers");
+  if (repairs.Count() > 0) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    s = db_->Write(wo, &repairs);
+    if (!s.ok()) return FromRocks(s, "write recovery repairs");
+  }
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  EnforceBudgetLocked("");
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::WriteBlobLocked(const std::string& key, const EncodedContext& ctx,
+                                       Backend& backend,
+                                       const std::function<void(rocksdb::WriteBatch*)>& add_records,
+                                       bool sync) {
+  auto shape = ShapeOf(ctx);
+  if (!shape.ok()) return shape.status();
+  BlobHeader header;
+  header.format_version = kCacheFormatVersion;
+  header.key = key;
+  header.shape = *shape;
+  header.chunk_bytes = options_.chunk_bytes;
+  header.total_bytes = shape->PayloadBytes();
+  const bool staged = header.total_bytes > options_.max_batch_bytes;
+  rocksdb::WriteBatch batch;
+  if (staged) batch.Put(meta_, kPendingPrefix + key, "").PermitUncheckedError();
+  absl::Status s = ForEachPayloadChunk(
+      ctx, backend, options_.chunk_bytes, [&](uint64_t index, std::string_view chunk) {
+        header.chunk_checksums.push_back(ChunkChecksum(chunk));
+        batch.Put(kv_, ChunkKey(key, index), rocksdb::Slice(chunk.data(), chunk.size()))
+            .PermitUncheckedError();
+        if (batch.GetDataSize() >= options_.max_batch_bytes) {
+          // Unsynced: the final batch's WAL sync makes these durable too (the WAL is one ordered
+          // log), and until then the "p/" marker lets Open() discard them.
+          absl::Status w = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write chunks");
+          batch.Clear();
+          return w;
+        }
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  if (staged) batch.Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
+  batch.Put(meta_, kHeaderPrefix + key, SerializeBlobHeader(header)).PermitUncheckedError();
+  uint64_t now;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    now = ++clock_;
+  }
+  batch.Put(meta_, kAccessPrefix + key, EncodeU64(now)).PermitUncheckedError();
+  // The caller's records (task record, ready marker) come last.
+  if (add_records) add_records(&batch);
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  s = FromRocks(db_->Write(wo, &batch), "commit KV blob");
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  blobs_[key] = {header.total_bytes, now};
+  bytes_ += header.total_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::PutTask(const TaskRecord& record, const EncodedContext* ctx,
+                               Backend& backend) {
+  if (record.task_id.empty() || record.kv_key.empty()) {
+    return absl::InvalidArgumentError("a task record needs a task id and a kv key");
+  }
+  std::lock_guard<std::mutex> write_lock(write_mutex_);
+  std::optional<TaskRecord> previous = GetTask(record.task_id);
+  auto add_records = [&](rocksdb::WriteBatch* batch) {
+    batch->Put(tasks_cf_, kTaskPrefix + record.task_id, SerializeTaskRecord(record))
+        .PermitUncheckedError();
+    batch->Put(tasks_cf_, kReadyPrefix + record.task_id, record.kv_key).PermitUncheckedError();
+  };
+  const bool write_blob = ctx != nullptr && !HasBlob(record.kv_key);
+  absl::Status s;
+  if (write_blob) {
+    auto shape = ShapeOf(*ctx);
+    if (!shape.ok()) return shape.status();
+    if (options_.budget_bytes > 0 && shape->PayloadBytes() > options_.budget_bytes) {
+      Log(LogLevel::kWarning,
+          absl::StrCat("cache: KV of task ", record.task_id, " (", shape->PayloadBytes(),
+                       " bytes) exceeds the disk budget; it will be re-encoded after restarts"));
+    } else {
+      s = WriteBlobLocked(record.kv_key, *ctx, backend, add_records, options_.sync_task_writes);
+      if (!s.ok()) return s;
+    }
+  }
+  if (!write_blob || !HasBlob(record.kv_key)) {
+    rocksdb::WriteBatch batch;
+    add_records(&batch);
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.sync_task_writes;
+    s = FromRocks(db_->Write(wo, &batch), "write task record");
+    if (!s.ok()) return s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (previous) users_[previous->kv_key].erase(record.task_id);
+    users_[record.kv_key].insert(record.task_id);
+    tasks_[record.task_id] = record;
+  }
+  EnforceBudgetLocked(record.kv_key);
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::PutBlob(const std::string& key, const EncodedContext& ctx,
+                               Backend& backend) {
+  std::lock_guard<std::mutex> write_lock(write_mutex_);
+  if (HasBlob(key)) return absl::OkStatus();
+  auto shape = ShapeOf(ctx);
+  if (!shape.ok()) return shape.status();
+  if (options_.budget_bytes > 0 && shape->PayloadBytes() > options_.budget_bytes) {
+    return absl::OkStatus();  // too big to keep: re-encoded on demand
+  }
+  // Not synced: losing a re-encoded blob in a crash only costs another re-encode.
+  absl::Status s = WriteBlobLocked(key, ctx, backend, nullptr, /*sync=*/false);
+  if (!s.ok()) return s;
+  EnforceBudgetLocked(key);
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::DeleteTask(const std::string& task_id, bool* key_unused) {
+  *key_unused = false;
+  std::lock_guard<std::mutex> write_lock(write_mutex_);
+  std::optional<TaskRecord> record = GetTask(task_id);
+  if (!record) return absl::NotFoundError(absl::StrCat("no task ", task_id));
+  rocksdb::WriteBatch batch;
+  // The ready marker goes first: the task stops being visible before anything else changes.
+  batch.Delete(tasks_cf_, kReadyPrefix + task_id).PermitUncheckedError();
+  batch.Delete(tasks_cf_, kTaskPrefix + task_id).PermitUncheckedError();
+  bool last_user;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto& users = users_[record->kv_key];
+    last_user = users.size() == 1 && users.count(task_id) == 1;
+  }
+  const bool had_blob = HasBlob(record->kv_key);
+  if (last_user && had_blob) AddBlobDeletion(record->kv_key, &batch);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_task_writes;
+  absl::Status s = FromRocks(db_->Write(wo, &batch), "delete task");
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  tasks_.erase(task_id);
+  users_[record->kv_key].erase(task_id);
+  if (users_[record->kv_key].empty()) users_.erase(record->kv_key);
+  if (last_user && had_blob) {
+    bytes_ -= blobs_[record->kv_key].bytes;
+    blobs_.erase(record->kv_key);
+  }
+  *key_unused = last_user;
+  return absl::OkStatus();
+}
+
+std::optional<TaskRecord> DiskTier::GetTask(const std::string& task_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<TaskRecord> DiskTier::ListTasks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TaskRecord> out;
+  for (const auto& [id, record] : tasks_) out.push_back(record);
+  return out;
+}
+
+std::vector<std::string> DiskTier::TasksUsingKey(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = users_.find(key);
+  if (it == users_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+bool DiskTier::HasBlob(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blobs_.count(key) > 0;
+}
+
+absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backend& backend,
+                                                  DType memory_dtype) {
+  if (!HasBlob(key)) return absl::NotFoundError(absl::StrCat("no KV blob ", key));
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  std::string header_bytes;
+  absl::Status s = FromRocks(db_->Get(ro, meta_, kHeaderPrefix + key, &header_bytes),
+                             absl::StrCat("read KV header ", key));
+  if (absl::IsNotFound(s)) return absl::DataLossError(s.message());  // indexed but gone
+  if (!s.ok()) return s;
+  auto header = ParseBlobHeader(header_bytes);
+  if (!header.ok()) return header.status();
+  if (header->key != key || header->format_version != kCacheFormatVersion) {
+    return absl::DataLossError(absl::StrCat("KV blob ", key, " header names key ", header->key,
+                                            " version ", header->format_version));
+  }
+  KvShape memory_shape = header->shape;
+  memory_shape.dtype = memory_dtype;
+  EncodedContext ctx = AllocateContext(backend, memory_shape);
+  PayloadAssembler assembler(&ctx, header->shape.dtype, backend);
+  ro.fill_cache = false;  // one pass over gigabytes: keep the block cache for metadata
+  rocksdb::PinnableSlice chunk;
+  for (uint64_t i = 0; i < header->ChunkCount(); ++i) {
+    chunk.Reset();
+    s = FromRocks(db_->Get(ro, kv_, ChunkKey(key, i), &chunk),
+                  absl::StrCat("read KV blob ", key, " chunk ", i));
+    if (absl::IsNotFound(s)) return absl::DataLossError(s.message());
+    if (!s.ok()) return s;
+    const std::string_view bytes(chunk.data(), chunk.size());
+    if (bytes.size() != header->ChunkSize(i)) {
+      return absl::DataLossError(absl::StrCat("KV blob ", key, " chunk ", i, " has ", bytes.size(),
+                                              " bytes, expected ", header->ChunkSize(i)));
+    }
+    if (ChunkChecksum(bytes) != header->chunk_checksums[i]) {
+      return absl::DataLossError(absl::StrCat("KV blob ", key, " chunk ", i, " checksum mismatch"));
+    }
+    assembler.Feed(bytes);
+  }
+  if (assembler.consumed() != header->total_bytes) {
+    return absl::DataLossError(absl::StrCat("KV blob ", key, " payload is short"));
+  }
+  Touch(key);
+  return ctx;
+}
+
+void DiskTier::Touch(const std::string& key) {
+  uint64_t now;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blobs_.find(key);
+    if (it == blobs_.end()) return;
+    now = it->second.last_access = ++clock_;
+  }
+  // Unsynced and best effort: a lost access time only makes the disk LRU order slightly stale.
+  db_->Put(rocksdb::WriteOptions(), meta_, kAccessPrefix + key, EncodeU64(now))
+      .PermitUncheckedError();
+}
+
+absl::Status DiskTier::DeleteBlob(const std::string& key) {
+  std::lock_guard<std::mutex> write_lock(write_mutex_);
+  rocksdb::WriteBatch batch;
+  AddBlobDeletion(key, &batch);
+  absl::Status s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "delete KV blob");
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = blobs_.find(key); it != blobs_.end()) {
+    bytes_ -= it->second.bytes;
+    blobs_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+void DiskTier::EnforceBudgetLocked(const std::string& keep) {
+  if (options_.budget_bytes == 0) return;
+  while (true) {
+    std::string victim;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (bytes_ <= options_.budget_bytes) return;
+      uint64_t oldest = std::numeric_limits<uint64_t>::max();
+      for (const auto& [key, info] : blobs_) {
+        if (key != keep && info.last_access < oldest) {
+          oldest = info.last_access;
+          victim = key;
+        }
+      }
+    }
+    if (victim.empty()) return;
+    rocksdb::WriteBatch batch;
+    AddBlobDeletion(victim, &batch);
+    // Unsynced: if the eviction is lost in a crash the blob is simply still there.
+    if (!db_->Write(rocksdb::WriteOptions(), &batch).ok()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_ -= blobs_[victim].bytes;
+    blobs_.erase(victim);
+    ++counters_.evictions;
+    Log(LogLevel::kInfo, absl::StrCat("cache: evicted KV blob ", victim, " from disk (budget ",
+                                      options_.budget_bytes, " bytes)"));
+  }
+}
+
+std::vector<std::string> DiskTier::BlobsByRecency() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [key, info] : blobs_) order.emplace_back(info.last_access, key);
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> keys;
+  for (auto& [t, key] : order) keys.push_back(std::move(key));
+  return keys;
+}
+
+absl::Status DiskTier::Flush() {
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocks(db_->Flush(fo, {default_, tasks_cf_, kv_, meta_}), "flush");
+}
+
+DiskTier::Stats DiskTier::stats() const {
+  Stats s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = counters_;
+    s.budget_bytes = options_.budget_bytes;
+    s.bytes = bytes_;
+    s.entries = blobs_.size();
+    s.tasks = tasks_.size();
+  }
+  uint64_t v = 0;
+  for (auto* cf : {default_, tasks_cf_, kv_, meta_}) {
+    if (db_->GetIntProperty(cf, "rocksdb.live-sst-files-size", &v)) s.sst_bytes += v;
+    if (db_->GetIntProperty(cf, "rocksdb.total-blob-file-size", &v)) s.blob_file_bytes += v;
+  }
+  return s;
+}
+
+}  // namespace manyshot

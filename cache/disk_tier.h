@@ -1,0 +1,136 @@
+// The RocksDB tier: task records and KV blobs in one database, durable across restarts.
+//
+// Column families: "tasks" ("t/<id>" -> TaskRecord, "ready/<id>" -> kv key), "kv" (blob chunks,
+// ChunkKey(key, i), stored in RocksDB blob files), "kv_meta" ("h/<key>" -> BlobHeader,
+// "a/<key>" -> last access for disk LRU, "p/<key>" -> a staged blob write in progress).
+//
+// A task is written by one WriteBatch: its KV chunks, the blob header, the task record, and the
+// ready marker last, committed with sync=true. A blob larger than max_batch_bytes is staged: its
+// chunks go first in unsynced batches behind a "p/<key>" marker, and the final synced batch holds
+// the last chunks, the header, the record and the ready marker and deletes the marker. Either way
+// the header, record and ready marker become visible together, and only after every chunk; Open()
+// deletes the chunks of any staged write that never committed. See cache/README.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/blob_format.h"
+#include "cache/cache_log.h"
+#include "cache/task_record.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace manyshot {
+
+struct DiskTierOptions {
+  uint64_t budget_bytes = 0;                  // payload bytes of all blobs; 0 = unlimited
+  uint64_t chunk_bytes = uint64_t{16} << 20;  // multiple of 4
+  uint64_t max_batch_bytes = uint64_t{64} << 20;
+  bool sync_task_writes = true;  // task creates and deletes are durable when they return
+  LogFn log;
+};
+
+class DiskTier {
+ public:
+  struct Stats {
+    uint64_t budget_bytes = 0;
+    uint64_t bytes = 0;    // payload bytes of all blobs (what the budget counts)
+    uint64_t entries = 0;  // blobs
+    uint64_t tasks = 0;    // ready tasks
+    uint64_t evictions = 0;
+    uint64_t corruptions_detected = 0;  // damaged headers or records found by Open
+    uint64_t staged_writes_recovered = 0;
+    uint64_t sst_bytes = 0;        // RocksDB's live SST files
+    uint64_t blob_file_bytes = 0;  // RocksDB's blob files
+  };
+
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const std::filesystem::path& path,
+                                                        DiskTierOptions options);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // Atomically writes the task (record + ready marker) and, when `ctx` is given and no blob exists
+  // for record.kv_key yet, its blob (ctx's tensors in its own dtype: the storage dtype).
+  absl::Status PutTask(const TaskRecord& record, const EncodedContext* ctx, Backend& backend);
+  // Writes the blob for `key` alone (re-encoding a ready task whose blob was evicted or corrupt).
+  absl::Status PutBlob(const std::string& key, const EncodedContext& ctx, Backend& backend);
+  // Removes the task, and its blob when no other task shares the key; *key_unused says whether
+  // any task still uses the key (the caller drops the memory tier's entry when none does).
+  absl::Status DeleteTask(const std::string& task_id, bool* key_unused);
+
+  std::optional<TaskRecord> GetTask(const std::string& task_id) const;
+  std::vector<TaskRecord> ListTasks() const;  // ready tasks, by id
+  // Ids of ready tasks whose record names `key`.
+  std::vector<std::string> TasksUsingKey(const std::string& key) const;
+
+  bool HasBlob(const std::string& key) const;
+  // The blob for `key`, verified (header checksum and fields, key, format version, every chunk's
+  // size and checksum), in tensors of `memory_dtype` allocated on `backend`. NOT_FOUND when there
+  // is no blob; DATA_LOSS when any check fails (the caller deletes it and re-encodes).
+  absl::StatusOr<EncodedContext> LoadBlob(const std::string& key, Backend& backend,
+                                          DType memory_dtype);
+  // Deletes the blob's chunks, header and access record (the tasks stay).
+  absl::Status DeleteBlob(const std::string& key);
+  // Blob keys from least to most recently used.
+  std::vector<std::string> BlobsByRecency() const;
+
+  // Flushes memtables to files (tests that damage files; a clean shutdown does not need it).
+  absl::Status Flush();
+  Stats stats() const;
+  rocksdb::DB* db() { return db_; }  // tests
+  rocksdb::ColumnFamilyHandle* kv_family() { return kv_; }
+  rocksdb::ColumnFamilyHandle* meta_family() { return meta_; }
+
+ private:
+  struct BlobInfo {
+    uint64_t bytes = 0;
+    uint64_t last_access = 0;
+  };
+  DiskTier() = default;
+  absl::Status Recover();
+  // Streams ctx's chunks into batches; the last one gets the header, the access time and then
+  // whatever `add_records` appends (the task record and ready marker), committed with `sync`.
+  // Caller holds write_mutex_.
+  absl::Status WriteBlobLocked(const std::string& key, const EncodedContext& ctx, Backend& backend,
+                               const std::function<void(rocksdb::WriteBatch*)>& add_records,
+                               bool sync);
+  void AddBlobDeletion(const std::string& key, rocksdb::WriteBatch* batch);
+  // Evicts least recently used blobs other than `keep` until the budget holds. Caller holds
+  // write_mutex_.
+  void EnforceBudgetLocked(const std::string& keep);
+  void Touch(const std::string& key);
+  void Log(LogLevel level, const std::string& message) const;
+
+  DiskTierOptions options_;
+  rocksdb::DB* db_ = nullptr;
+  rocksdb::ColumnFamilyHandle* default_ = nullptr;
+  rocksdb::ColumnFamilyHandle* tasks_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* kv_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+
+  std::mutex write_mutex_;    // one writer at a time (staged writes, budget)
+  mutable std::mutex mutex_;  // the in-memory index below
+  std::map<std::string, TaskRecord> tasks_;
+  std::map<std::string, std::set<std::string>> users_;  // kv key -> task ids
+  std::map<std::string, BlobInfo> blobs_;
+  uint64_t clock_ = 0;
+  uint64_t bytes_ = 0;
+  Stats counters_;
+};
+
+}  // namespace manyshot

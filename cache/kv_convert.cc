@@ -1,0 +1,133 @@
+#include "cache/kv_convert.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot {
+namespace {
+
+// Conversions go through host staging of this many elements at a time, so converting a 2 GB
+// context never needs a second 2 GB of host memory.
+constexpr int64_t kStagingElements = int64_t{1} << 20;
+
+// The first `tokens` rows of t, flattened to elements.
+Tensor FlatRows(const Tensor& t, int64_t tokens) {
+  return t.Rows(0, tokens).Reshape({tokens * t.numel() / t.dim(0)});
+}
+
+}  // namespace
+
+size_t KvShape::PayloadBytes() const {
+  return 2 * static_cast<size_t>(layers) * static_cast<size_t>(tokens) *
+         static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim) * DTypeSize(dtype);
+}
+
+absl::StatusOr<KvShape> ShapeOf(const EncodedContext& ctx) {
+  KvShape s;
+  s.layers = static_cast<int64_t>(ctx.kv.k.size());
+  s.tokens = ctx.tokens;
+  s.groups = ctx.groups;
+  s.group_length = ctx.group_length;
+  if (ctx.kv.v.size() != ctx.kv.k.size() || ctx.kv.len != ctx.tokens || ctx.tokens < 0) {
+    return absl::InvalidArgumentError("context K/V layer counts or lengths disagree");
+  }
+  if (s.layers == 0) return s;
+  const Tensor& first = ctx.kv.k.front();
+  if (first.rank() != 3) return absl::InvalidArgumentError("context K/V must be rank 3");
+  s.dtype = first.dtype();
+  s.kv_heads = first.dim(1);
+  s.head_dim = first.dim(2);
+  for (size_t l = 0; l < ctx.kv.k.size(); ++l) {
+    for (const Tensor* t : {&ctx.kv.k[l], &ctx.kv.v[l]}) {
+      if (!t->defined() || t->rank() != 3 || t->dtype() != s.dtype || t->dim(1) != s.kv_heads ||
+          t->dim(2) != s.head_dim || t->dim(0) < s.tokens) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("context layer ", l, " has tensor ", t->ShapeString(), " (",
+                         std::string(DTypeName(t->dtype())), "), expected [", s.tokens, ", ",
+                         s.kv_heads, ", ", s.head_dim, "] ", std::string(DTypeName(s.dtype))));
+      }
+    }
+  }
+  return s;
+}
+
+EncodedContext AllocateContext(Backend& backend, const KvShape& shape) {
+  EncodedContext ctx;
+  ctx.tokens = shape.tokens;
+  ctx.groups = shape.groups;
+  ctx.group_length = shape.group_length;
+  ctx.kv.len = shape.tokens;
+  const int64_t rows = std::max<int64_t>(shape.tokens, 1);
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    ctx.kv.k.push_back(backend.Allocate(shape.dtype, {rows, shape.kv_heads, shape.head_dim}));
+    ctx.kv.v.push_back(backend.Allocate(shape.dtype, {rows, shape.kv_heads, shape.head_dim}));
+  }
+  return ctx;
+}
+
+void ConvertElements(const void* src, DType from, void* dst, DType to, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, n * DTypeSize(from));
+    return;
+  }
+  // Through f32: every 16-bit value widens exactly, so f16 <-> bf16 rounds only once.
+  std::vector<float> wide;
+  const float* f = nullptr;
+  if (from == DType::kF32) {
+    f = static_cast<const float*>(src);
+  } else {
+    wide.resize(n);
+    const auto* h = static_cast<const uint16_t*>(src);
+    if (from == DType::kBF16) {
+      for (size_t i = 0; i < n; ++i) wide[i] = BF16ToF32(h[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) wide[i] = F16ToF32(h[i]);
+    }
+    f = wide.data();
+  }
+  if (to == DType::kF32) {
+    std::memcpy(dst, f, n * sizeof(float));
+  } else if (to == DType::kBF16) {
+    auto* h = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) h[i] = F32ToBF16(f[i]);
+  } else {
+    auto* h = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(f[i]);
+  }
+}
+
+absl::StatusOr<EncodedContext> ConvertContext(const EncodedContext& ctx, DType dtype,
+                                              Backend& backend) {
+  auto shape = ShapeOf(ctx);
+  if (!shape.ok()) return shape.status();
+  if (shape->dtype == dtype || shape->layers == 0) return ctx;
+  KvShape out_shape = *shape;
+  out_shape.dtype = dtype;
+  EncodedContext out = AllocateContext(backend, out_shape);
+  out.kv.log_weight = ctx.kv.log_weight;
+  std::vector<std::byte> src_host(kStagingElements * DTypeSize(shape->dtype));
+  std::vector<std::byte> dst_host(kStagingElements * DTypeSize(dtype));
+  for (size_t l = 0; l < ctx.kv.k.size(); ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const Tensor src = FlatRows(kv == 0 ? ctx.kv.k[l] : ctx.kv.v[l], shape->tokens);
+      const Tensor dst = FlatRows(kv == 0 ? out.kv.k[l] : out.kv.v[l], shape->tokens);
+      for (int64_t e = 0; e < src.numel(); e += kStagingElements) {
+        const int64_t end = std::min(src.numel(), e + kStagingElements);
+        backend.CopyToHost(src.Rows(e, end), src_host.data());
+        ConvertElements(src_host.data(), shape->dtype, dst_host.data(), dtype,
+                        static_cast<size_t>(end - e));
+        backend.CopyFromHost(dst_host.data(), dst.Rows(e, end));
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<EncodedContext> ToF32(const EncodedContext& ctx, Backend& backend) {
+  return ConvertContext(ctx, DType::kF32, backend);
+}
+
+}  // namespace manyshot

@@ -1,0 +1,74 @@
+#include "cache/kv_stream.h"
+
+#include <algorithm>
+#include <string>
+
+namespace manyshot {
+
+std::vector<Tensor> PayloadSegments(const EncodedContext& ctx) {
+  std::vector<Tensor> segments;
+  for (size_t l = 0; l < ctx.kv.k.size(); ++l) {
+    for (const Tensor* t : {&ctx.kv.k[l], &ctx.kv.v[l]}) {
+      const int64_t per_row = t->numel() / t->dim(0);
+      segments.push_back(t->Rows(0, ctx.tokens).Reshape({ctx.tokens * per_row}));
+    }
+  }
+  return segments;
+}
+
+absl::Status ForEachPayloadChunk(
+    const EncodedContext& ctx, Backend& backend, size_t chunk_bytes,
+    const std::function<absl::Status(uint64_t, std::string_view)>& fn) {
+  std::string chunk;
+  chunk.reserve(chunk_bytes);
+  uint64_t index = 0;
+  for (const Tensor& segment : PayloadSegments(ctx)) {
+    const size_t elem = DTypeSize(segment.dtype());
+    int64_t e = 0;
+    while (e < segment.numel()) {
+      const int64_t room = static_cast<int64_t>((chunk_bytes - chunk.size()) / elem);
+      const int64_t end = std::min(segment.numel(), e + room);
+      const size_t old = chunk.size();
+      chunk.resize(old + static_cast<size_t>(end - e) * elem);
+      backend.CopyToHost(segment.Rows(e, end), chunk.data() + old);
+      e = end;
+      if (chunk.size() + elem > chunk_bytes) {
+        if (absl::Status s = fn(index++, chunk); !s.ok()) return s;
+        chunk.clear();
+      }
+    }
+  }
+  if (!chunk.empty()) return fn(index, chunk);
+  return absl::OkStatus();
+}
+
+PayloadAssembler::PayloadAssembler(EncodedContext* target, DType storage_dtype, Backend& backend)
+    : segments_(PayloadSegments(*target)), storage_dtype_(storage_dtype), backend_(backend) {}
+
+void PayloadAssembler::Feed(std::string_view bytes) {
+  const size_t in_elem = DTypeSize(storage_dtype_);
+  while (!bytes.empty() && segment_ < segments_.size()) {
+    const Tensor& segment = segments_[segment_];
+    const int64_t n =
+        std::min(segment.numel() - element_, static_cast<int64_t>(bytes.size() / in_elem));
+    if (n == 0 && element_ < segment.numel()) break;  // a partial element: not ours to split
+    const Tensor dst = segment.Rows(element_, element_ + n);
+    if (segment.dtype() == storage_dtype_) {
+      backend_.CopyFromHost(bytes.data(), dst);
+    } else {
+      staging_.resize(static_cast<size_t>(n) * DTypeSize(segment.dtype()));
+      ConvertElements(bytes.data(), storage_dtype_, staging_.data(), segment.dtype(),
+                      static_cast<size_t>(n));
+      backend_.CopyFromHost(staging_.data(), dst);
+    }
+    bytes.remove_prefix(static_cast<size_t>(n) * in_elem);
+    consumed_ += static_cast<size_t>(n) * in_elem;
+    element_ += n;
+    if (element_ == segment.numel()) {
+      ++segment_;
+      element_ = 0;
+    }
+  }
+}
+
+}  // namespace manyshot

@@ -1,0 +1,44 @@
+// Streaming a context's K/V payload (every layer's K then V, `tokens` rows each) to and from
+// fixed-size chunks, through the backend's host copies, converting between the storage dtype and
+// the dtype held in memory on the way. Never materializes the whole payload on the host: a 2 GB
+// context needs one chunk of staging.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cache/kv_convert.h"
+
+namespace manyshot {
+
+// Calls fn(index, bytes) for every chunk of `ctx`'s payload in its own dtype, in order. Stops at
+// and returns the first error fn returns.
+absl::Status ForEachPayloadChunk(const EncodedContext& ctx, Backend& backend, size_t chunk_bytes,
+                                 const std::function<absl::Status(uint64_t, std::string_view)>& fn);
+
+// Fills a context allocated with AllocateContext from payload bytes in `storage_dtype`, fed in
+// order in pieces of any size that are whole elements.
+class PayloadAssembler {
+ public:
+  PayloadAssembler(EncodedContext* target, DType storage_dtype, Backend& backend);
+  void Feed(std::string_view bytes);
+  // Storage-dtype bytes consumed so far.
+  size_t consumed() const { return consumed_; }
+
+ private:
+  std::vector<Tensor> segments_;  // flattened K/V tensors in payload order
+  DType storage_dtype_;
+  Backend& backend_;
+  size_t segment_ = 0;
+  int64_t element_ = 0;  // next element of segments_[segment_]
+  size_t consumed_ = 0;
+  std::vector<std::byte> staging_;
+};
+
+// The payload segments of `ctx` in order: each tensor's first `tokens` rows, flattened.
+std::vector<Tensor> PayloadSegments(const EncodedContext& ctx);
+
+}  // namespace manyshot
