@@ -1,15 +1,28 @@
-// tokenizer.model through libsentencepiece.
+// tokenizer.model (SentencePiece) -> BpeTokenizer, without libsentencepiece.
 //
-// Encode splits the text on the model's control and unknown pieces (<s>, </s>, <unk>) first and
-// encodes each stretch between them on its own, as Hugging Face's LlamaTokenizer (legacy mode)
-// and the tokenizer.json our converter writes both do. Decode mirrors the tokenizer.json
-// decoder (metaspace -> space, byte pieces reassembled, one leading space stripped, control
-// pieces verbatim) rather than DecodeIds, which drops control pieces and renders <unk> as " ⁇ ".
+// The model is read by sentencepiece_model_reader and converted at load time the way Hugging
+// Face's LlamaConverter (and tools/tokenizer_parity/sp_model_to_tokenizer_json.py) converts it to
+// a tokenizer.json: the vocabulary is the pieces in id order; merges are derived from the
+// vocabulary as SentencePieceExtractor does (every split of a piece into two pieces that are both
+// in the vocabulary, ordered by the piece's score, best first; control and unknown pieces score
+// 0); BPE with fuse_unk and the model's byte_fallback; the normalizer prepends "▁" (when the model
+// adds a dummy prefix) and replaces " " by "▁"; the decoder undoes that and reassembles byte
+// pieces. Control and unknown pieces (<s>, </s>, <unk>) are special added tokens: the text is
+// split on them first and each stretch between them is encoded on its own, as Hugging Face's
+// LlamaTokenizer (legacy mode) does. Parity with libsentencepiece is tested in
+// tests/engine/tokenizer/llama_parity_test.cc.
+//
+// Only what that conversion reproduces exactly is accepted: BPE models with identity
+// normalization and whitespace escaping, as Llama-2 and Mistral ship. Anything else is an
+// Unimplemented error naming the setting, never a silent approximation.
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/added_tokens.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/loaders.h"
-#include "engine/tokenizer/sp_processor.h"
+#include "engine/tokenizer/sentencepiece_model_reader.h"
 #include "engine/tokenizer/special_ids.h"
 #include "engine/tokenizer/text_util.h"
 #include "engine/tokenizer/utf8.h"
@@ -17,134 +30,187 @@
 namespace manyshot {
 namespace {
 
+using Proto = SentencePieceModelProto;
+using PieceType = Proto::PieceType;
+
+constexpr std::string_view kFile = "tokenizer.model";
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";
 
-class SentencePieceTokenizer final : public Tokenizer {
- public:
-  SentencePieceTokenizer(std::unique_ptr<SpProcessor> sp, const SpecialTokenNames& names,
-                         std::string fingerprint)
-      : sp_(std::move(sp)), added_(SpecialPieces(*sp_)), fingerprint_(std::move(fingerprint)) {
-    const auto lookup = [this](std::string_view name) { return TokenToId(name); };
-    bos_ = names.bos.has_value() ? ResolveSpecialId(names.bos, lookup, {}) : Id(sp_->bos_id());
-    eos_ = names.eos.has_value() ? ResolveSpecialId(names.eos, lookup, {}) : Id(sp_->eos_id());
-    space_ = TokenToId(kMetaspace);
-    // Whether the model prepends a space: its encoding of "a" then starts with the metaspace.
-    const auto pieces = sp_->EncodeAsPieces("a");
-    dummy_prefix_ = !pieces.empty() && pieces[0].starts_with(kMetaspace);
-  }
+absl::Status Bad(std::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(ToAbsl(kFile), ": not a valid SentencePiece model: ", ToAbsl(what)));
+}
 
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
-    if (absl::Status s = ValidateUtf8(text); !s.ok()) return s;
-    std::vector<int32_t> ids;
-    std::vector<Segment> segments;
-    added_.Split(text, segments);
-    std::vector<int> part;
-    for (const Segment& seg : segments) {
-      if (seg.id >= 0) {
-        ids.push_back(seg.id);
-        continue;
-      }
-      const std::string error = sp_->Encode(text.substr(seg.begin, seg.end - seg.begin), part);
-      if (!error.empty()) return absl::InternalError(absl::StrCat("sentencepiece: ", error));
-      ids.insert(ids.end(), part.begin(), part.end());
+absl::Status Unsupported(std::string_view what) {
+  return absl::UnimplementedError(
+      absl::StrCat(ToAbsl(kFile), ": ", ToAbsl(what),
+                   " is not supported (only BPE models with identity normalization, as Llama-2 "
+                   "and Mistral ship); put the model's tokenizer.json in the directory instead "
+                   "(it is preferred to tokenizer.model when present)"));
+}
+
+// The settings the conversion cannot reproduce.
+absl::Status CheckSupported(const Proto& proto) {
+  if (proto.model_type != Proto::ModelType::kBpe) {
+    return Unsupported(
+        absl::StrCat("SentencePiece model type ", ToAbsl(ModelTypeName(proto.model_type))));
+  }
+  if (proto.normalizer.precompiled_charsmap_size > 0) {
+    return Unsupported(absl::StrCat("normalization rule \"", proto.normalizer.name, "\""));
+  }
+  if (proto.normalizer.remove_extra_whitespaces) {
+    return Unsupported("normalizer_spec.remove_extra_whitespaces");
+  }
+  if (!proto.normalizer.escape_whitespaces) {
+    return Unsupported("normalizer_spec.escape_whitespaces = false");
+  }
+  if (proto.has_denormalizer && proto.denormalizer.precompiled_charsmap_size > 0) {
+    return Unsupported(absl::StrCat("denormalization rule \"", proto.denormalizer.name, "\""));
+  }
+  if (proto.treat_whitespace_as_suffix) {
+    return Unsupported("trainer_spec.treat_whitespace_as_suffix");
+  }
+  for (const auto& p : proto.pieces) {
+    if (p.type == PieceType::kUserDefined) {
+      return Unsupported(absl::StrCat("a user-defined piece (\"", p.piece, "\")"));
     }
-    return ids;
   }
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
-    std::string bytes;
-    std::string pending;  // byte pieces not yet flushed
-    const auto flush = [&] {
-      if (ValidateUtf8(pending).ok()) {
-        bytes += pending;
-      } else {
-        for (size_t i = 0; i < pending.size(); ++i) bytes += "\xEF\xBF\xBD";
-      }
-      pending.clear();
-    };
-    for (int32_t id : ids) {
-      if (id < 0 || id >= vocab_size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("token id ", id, " is out of range [0, ", vocab_size(), ")"));
-      }
-      const std::string piece = sp_->IdToPiece(id);
-      if (sp_->IsByte(id)) {
-        if (const auto b = ParseByteToken(piece)) {
-          pending.push_back(static_cast<char>(*b));
-          continue;
-        }
-      }
-      flush();
-      if (sp_->IsControl(id) || sp_->IsUnknown(id)) {
-        bytes += piece;
-      } else {
-        bytes += ReplaceAll(piece, kMetaspace, " ");
-      }
+// SentencePieceExtractor.extract: for each piece in id order, its splits into two vocabulary
+// pieces (at character boundaries) ordered by the parts' ids; then all of them stably sorted by
+// the piece's score, best first.
+std::vector<std::pair<std::string, std::string>> ExtractMerges(const Proto& proto,
+                                                               const StringMap<int32_t>& vocab) {
+  struct Merge {
+    int32_t left, right;
+    float score;
+  };
+  std::vector<Merge> merges;
+  std::vector<Merge> local;
+  for (const auto& p : proto.pieces) {
+    const std::string_view piece = p.piece;
+    const bool special = p.type == PieceType::kUnknown || p.type == PieceType::kControl;
+    const float score = special ? 0.0f : p.score;
+    local.clear();
+    size_t cut = Utf8SequenceLength(piece, 0);
+    while (cut > 0 && cut < piece.size()) {
+      const auto l = vocab.find(piece.substr(0, cut));
+      const auto r = vocab.find(piece.substr(cut));
+      if (l != vocab.end() && r != vocab.end()) local.push_back({l->second, r->second, score});
+      const size_t len = Utf8SequenceLength(piece, cut);
+      cut = len == 0 ? 0 : cut + len;
     }
-    flush();
-    if (dummy_prefix_ && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
-    return Utf8Lossy(bytes);
+    std::sort(local.begin(), local.end(), [](const Merge& a, const Merge& b) {
+      return std::pair(a.left, a.right) < std::pair(b.left, b.right);
+    });
+    merges.insert(merges.end(), local.begin(), local.end());
+  }
+  std::stable_sort(merges.begin(), merges.end(),
+                   [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(merges.size());
+  for (const Merge& m : merges) {
+    out.emplace_back(proto.pieces[static_cast<size_t>(m.left)].piece,
+                     proto.pieces[static_cast<size_t>(m.right)].piece);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const SpecialTokenNames& names,
+                                                 std::string fingerprint) {
+  if (proto.pieces.empty()) return Bad("no pieces");
+  if (absl::Status s = CheckSupported(proto); !s.ok()) return s;
+
+  // The checks libsentencepiece makes when it loads a model.
+  StringMap<int32_t> vocab;
+  vocab.reserve(proto.pieces.size());
+  std::optional<int32_t> unk;
+  bool have_byte_pieces = false;
+  for (size_t i = 0; i < proto.pieces.size(); ++i) {
+    const Proto::Piece& p = proto.pieces[i];
+    const auto id = static_cast<int32_t>(i);
+    if (p.piece.empty()) return Bad(absl::StrCat("piece ", id, " is empty"));
+    if (!ValidateUtf8(p.piece).ok()) return Bad(absl::StrCat("piece ", id, " is not UTF-8"));
+    if (!vocab.emplace(p.piece, id).second) {
+      return Bad(absl::StrCat("piece \"", p.piece, "\" is defined twice"));
+    }
+    if (p.type == PieceType::kUnknown) {
+      if (unk.has_value()) return Bad("more than one unknown piece");
+      unk = id;
+    }
+    if (p.type == PieceType::kByte) {
+      if (!ParseByteToken(p.piece).has_value()) {
+        return Bad(absl::StrCat("byte piece \"", p.piece, "\" is not of the form <0xNN>"));
+      }
+      have_byte_pieces = true;
+    }
+  }
+  if (!unk.has_value()) return Bad("no unknown piece (<unk>)");
+
+  BpeTokenizerSpec spec;
+  BpePipeline& p = spec.pipeline;
+  if (proto.normalizer.add_dummy_prefix) p.prepend = std::string(kMetaspace);
+  p.replacements.emplace_back(" ", std::string(kMetaspace));
+  p.pre_tokenizer = BpePipeline::PreTokenizer::kNone;
+  p.metaspace = std::string(kMetaspace);
+  p.decoder = BpePipeline::Decoder::kMetaspace;
+  p.decode_byte_fallback = have_byte_pieces;
+  p.strip_leading_spaces = proto.normalizer.add_dummy_prefix ? 1 : 0;
+
+  for (size_t i = 0; i < proto.pieces.size(); ++i) {
+    const Proto::Piece& piece = proto.pieces[i];
+    if (piece.type != PieceType::kUnknown && piece.type != PieceType::kControl) continue;
+    AddedToken t;
+    t.id = static_cast<int32_t>(i);
+    t.content = piece.piece;
+    t.special = true;
+    spec.added_tokens.push_back(std::move(t));
   }
 
-  int64_t vocab_size() const override { return sp_->GetPieceSize(); }
+  const auto merges = ExtractMerges(proto, vocab);
+  BpeOptions options;
+  options.byte_level = false;
+  options.byte_fallback = proto.byte_fallback;
+  options.fuse_unk = true;  // libsentencepiece merges runs of unknown pieces into one
+  options.unk_token = proto.pieces[static_cast<size_t>(*unk)].piece;
+  auto bpe = BpeModel::Create(std::move(vocab), merges, std::move(options));
+  if (!bpe.ok()) return Bad(std::string(bpe.status().message()));
+  spec.model = std::move(*bpe);
 
-  std::optional<int32_t> TokenToId(std::string_view token) const override {
-    const int id = sp_->PieceToId(token);
-    // PieceToId answers the unk id for unknown pieces; only "<unk>" itself maps to it.
-    if (id < 0 || (sp_->IsUnknown(id) && sp_->IdToPiece(id) != token)) return std::nullopt;
+  // bos/eos: the configured names when tokenizer_config.json or special_tokens_map.json give
+  // them, else what libsentencepiece answers: the id of trainer_spec.bos_piece / eos_piece when
+  // that is a control piece.
+  const auto lookup = [&](std::string_view name) -> std::optional<int32_t> {
+    const auto it = spec.model->vocab().find(name);
+    if (it == spec.model->vocab().end()) return std::nullopt;
+    return it->second;
+  };
+  const auto control = [&](const std::string& name) -> std::optional<int32_t> {
+    const auto id = lookup(name);
+    if (!id.has_value() || proto.pieces[static_cast<size_t>(*id)].type != PieceType::kControl) {
+      return std::nullopt;
+    }
     return id;
-  }
-
-  std::string IdToToken(int32_t id) const override {
-    if (id < 0 || id >= vocab_size()) return "";
-    return sp_->IdToPiece(id);
-  }
-
-  std::optional<int32_t> bos_id() const override { return bos_; }
-  std::optional<int32_t> eos_id() const override { return eos_; }
-  std::optional<int32_t> space_id() const override { return space_; }
-  std::string fingerprint() const override { return fingerprint_; }
-  std::string kind() const override { return "sentencepiece-model"; }
-
- private:
-  static std::optional<int32_t> Id(int id) {
-    return id >= 0 ? std::optional<int32_t>(id) : std::nullopt;
-  }
-
-  // Control and unknown pieces, matched in raw text like Hugging Face's special tokens.
-  static std::vector<AddedToken> SpecialPieces(const SpProcessor& sp) {
-    std::vector<AddedToken> out;
-    for (int id = 0; id < sp.GetPieceSize(); ++id) {
-      if (!sp.IsControl(id) && !sp.IsUnknown(id)) continue;
-      AddedToken t;
-      t.id = id;
-      t.content = sp.IdToPiece(id);
-      t.special = true;
-      if (!t.content.empty()) out.push_back(std::move(t));
-    }
-    return out;
-  }
-
-  std::unique_ptr<SpProcessor> sp_;
-  AddedTokenMatcher added_;
-  std::string fingerprint_;
-  std::optional<int32_t> bos_, eos_, space_;
-  bool dummy_prefix_ = true;
-};
+  };
+  spec.bos_id =
+      names.bos.has_value() ? ResolveSpecialId(names.bos, lookup, {}) : control(proto.bos_piece);
+  spec.eos_id =
+      names.eos.has_value() ? ResolveSpecialId(names.eos, lookup, {}) : control(proto.eos_piece);
+  spec.kind = "sentencepiece-model";
+  spec.fingerprint = std::move(fingerprint);
+  return std::make_unique<BpeTokenizer>(std::move(spec));
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceModel(std::string_view model_proto,
                                                                   const SpecialTokenNames& names,
                                                                   std::string fingerprint) {
-  auto sp = std::make_unique<SpProcessor>();
-  const std::string error = sp->LoadFromSerializedProto(model_proto);
-  if (!error.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer.model: not a valid SentencePiece model: ", error));
-  }
-  if (sp->GetPieceSize() <= 0) return absl::InvalidArgumentError("tokenizer.model: no pieces");
-  return std::make_unique<SentencePieceTokenizer>(std::move(sp), names, std::move(fingerprint));
+  auto proto = ReadSentencePieceModel(model_proto, kFile);
+  if (!proto.ok()) return proto.status();
+  return Build(*proto, names, std::move(fingerprint));
 }
 
 }  // namespace manyshot

@@ -53,7 +53,8 @@ class Tokenizer {
 };
 
 // Loads from a Hugging Face model directory, in this order of preference: tokenizer.json;
-// vocab.json + merges.txt (GPT-2 style byte-level BPE); tokenizer.model (SentencePiece).
+// vocab.json + merges.txt (GPT-2 style byte-level BPE); tokenizer.model (SentencePiece BPE, as
+// Llama-2 and Mistral ship; read without libsentencepiece, other model types are Unimplemented).
 // Special tokens come from tokenizer_config.json / special_tokens_map.json when present.
 // Errors name the file and what is wrong.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::filesystem::path& model_dir);

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/sp_processor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/tokenizer/sp_processor.h"
 #include "tests/engine/tokenizer/tokenizer_test_util.h"
 
 namespace manyshot::tokenizer_test {

@@ -1,4 +1,4 @@
-#include "engine/tokenizer/sentencepiece_fallback.h"
+#include "tests/engine/tokenizer/sentencepiece_fallback.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/sp_processor.h"
+#include "tests/engine/tokenizer/sp_processor.h"
 
 namespace manyshot {
 namespace {
@@ -81,10 +81,10 @@ absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_d
 
 absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_dir,
                                                         const fs::path& work_dir) {
-  // The library knows its source tree only through __FILE__ (an absolute path under CMake):
-  // engine/tokenizer/ -> tests/data/tokenizer/parity_sentences.txt.
-  const fs::path sentences = fs::path(__FILE__).parent_path().parent_path().parent_path() /
-                             "tests" / "data" / "tokenizer" / "parity_sentences.txt";
+  // This file knows its source tree only through __FILE__ (an absolute path under CMake):
+  // tests/engine/tokenizer/ -> tests/data/tokenizer/parity_sentences.txt.
+  const fs::path sentences = fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" /
+                             "tokenizer" / "parity_sentences.txt";
   return FindOrTrainLlamaTokenizerModel(shared_dir, work_dir, sentences);
 }
 

@@ -1,8 +1,9 @@
-// A Llama-style SentencePiece model for tests and tools: the real Llama-2 tokenizer.model when
-// the shared data directory has it, else a small BPE model with byte fallback trained
+// A Llama-style SentencePiece model for the tokenizer tests: the real Llama-2 tokenizer.model
+// when the shared data directory has it, else a small BPE model with byte fallback trained
 // deterministically on the committed parity sentences (so tests run on a fresh machine too).
-#ifndef MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
-#define MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
+// Training needs libsentencepiece (through sp_processor.h), which only test binaries link.
+#ifndef MANYSHOT_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
+#define MANYSHOT_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
 
 #include <filesystem>
 
@@ -24,4 +25,4 @@ absl::StatusOr<std::filesystem::path> FindOrTrainLlamaTokenizerModel(
 
 }  // namespace manyshot
 
-#endif  // MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_
+#endif  // MANYSHOT_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_

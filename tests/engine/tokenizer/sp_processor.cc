@@ -1,5 +1,5 @@
 // Must not include any abseil header (see sp_processor.h).
-#include "engine/tokenizer/sp_processor.h"
+#include "tests/engine/tokenizer/sp_processor.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>

@@ -1,10 +1,12 @@
-// A std-only facade over libsentencepiece.
+// A std-only facade over libsentencepiece, the independent reference that the tokenizer tests
+// compare manyshot's own tokenizer.model reader against. Test binaries only: libsentencepiece
+// bundles a protobuf that clashes with gRPC's, so nothing in engine/ or server/ may link it.
 //
 // sentencepiece_processor.h declares `namespace absl { using std::string_view; }`, which clashes
-// with this abseil build's own absl::string_view class: no file may include both. Everything
-// else in manyshot talks to SentencePiece through this header, which includes neither.
-#ifndef MANYSHOT_ENGINE_TOKENIZER_SP_PROCESSOR_H_
-#define MANYSHOT_ENGINE_TOKENIZER_SP_PROCESSOR_H_
+// with this abseil build's own absl::string_view class: no file may include both. The tests talk
+// to libsentencepiece through this header, which includes neither.
+#ifndef MANYSHOT_TESTS_ENGINE_TOKENIZER_SP_PROCESSOR_H_
+#define MANYSHOT_TESTS_ENGINE_TOKENIZER_SP_PROCESSOR_H_
 
 #include <memory>
 #include <string>
@@ -52,4 +54,4 @@ class SpProcessor {
 
 }  // namespace manyshot
 
-#endif  // MANYSHOT_ENGINE_TOKENIZER_SP_PROCESSOR_H_
+#endif  // MANYSHOT_TESTS_ENGINE_TOKENIZER_SP_PROCESSOR_H_

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/sentencepiece_fallback.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/tokenizer/sentencepiece_fallback.h"
 
 namespace manyshot::tokenizer_test {
 
