@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "google/protobuf/util/json_util.h"
+
 namespace manyshot::client {
 namespace {
 
@@ -53,6 +55,30 @@ std::unique_ptr<grpc::ClientContext> CliContext::NewCall() const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds));
   return context;
+}
+
+std::unique_ptr<grpc::ClientContext> CliContext::NewStreamingCall() const {
+  if (timeout_explicit) return NewCall();
+  return std::make_unique<grpc::ClientContext>();
+}
+
+const std::vector<std::string>& CliContext::Repeated(const std::string& name) const {
+  static const std::vector<std::string> kNone;
+  auto it = repeated.find(name);
+  return it == repeated.end() ? kNone : it->second;
+}
+
+int ReportUsageError(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "manyshot: %s: %s\n", command.c_str(), message.c_str());
+  return 2;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
 }
 
 int ReportRpcError(const std::string& command, const grpc::Status& status) {

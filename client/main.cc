@@ -7,27 +7,51 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "client/cli_args.h"
 #include "client/commands.h"
 #include "grpcpp/create_channel.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "manyshot-server address host:port");
-ABSL_FLAG(bool, json, false, "Print one JSON document instead of human-readable text");
-ABSL_FLAG(int, timeout, 30, "Per-call deadline in seconds");
+ABSL_FLAG(bool, json, false, "Print JSON instead of human-readable text");
+ABSL_FLAG(int, timeout, 30,
+          "Per-call deadline in seconds (streaming calls: only when given explicitly)");
 
 namespace {
 
 constexpr char kUsage[] =
     "manyshot: command-line client for manyshot-server\n"
-    "usage: manyshot [--server=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND [ARGS]\n"
+    "usage: manyshot [--server=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND [ARGS] [FLAGS]\n"
     "commands:\n"
-    "  health [SERVICE]   health check; exit status 0 when SERVING\n"
-    "  info               model, backend, cache and limits of the server\n";
+    "  health [SERVICE]        health check; exit status 0 when SERVING\n"
+    "  info                    model, backend, cache and limits of the server\n"
+    "  create TASK_ID --file=PATH --template=T [--labels=a,b] [--label_map=0=a,1=b] ...\n"
+    "                          register a task from a jsonl/csv/tsv file, showing progress\n"
+    "  classify TASK_ID [--file=PATH|-] [--batch=32] [--stream]\n"
+    "                          one line per input: LABEL<TAB>probability<TAB>input\n"
+    "  score TASK_ID --input=TEXT --candidate=A --candidate=B | --file=ITEMS.jsonl\n"
+    "  generate TASK_ID --input=TEXT [--beam_width=N] [--max_new_tokens=N] [--stop=S]\n"
+    "  list [--page_size=N]    all tasks\n"
+    "  get TASK_ID             one task\n"
+    "  delete TASK_ID          delete a task and its cached state\n"
+    "exit status: 0 ok, 1 RPC error, 2 usage error. Flags: manyshot --helpfull\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // Repeatable flags are taken out before absl parses the rest (absl keeps only the last value).
+  manyshot::client::ExtractedArgs extracted = manyshot::client::ExtractRepeatedFlags(
+      std::vector<std::string>(argv, argv + argc), {"field", "candidate", "stop"});
+  std::string unknown = manyshot::client::FindUnknownFlag(extracted.rest);
+  if (!unknown.empty()) {
+    std::fprintf(stderr, "manyshot: unknown flag %s (see manyshot --helpfull)\n", unknown.c_str());
+    return 2;
+  }
+  std::vector<char*> rest_argv;
+  for (std::string& arg : extracted.rest) rest_argv.push_back(arg.data());
+  rest_argv.push_back(nullptr);
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(rest_argv.size()) - 1, rest_argv.data());
   if (positional.size() < 2) {
     std::fputs(kUsage, stderr);
     return 2;
@@ -36,11 +60,21 @@ int main(int argc, char** argv) {
   cli.server = absl::GetFlag(FLAGS_server);
   cli.json = absl::GetFlag(FLAGS_json);
   cli.timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  cli.timeout_explicit = extracted.given.count("timeout") > 0;
+  cli.repeated = extracted.repeated;
   cli.channel = grpc::CreateChannel(cli.server, grpc::InsecureChannelCredentials());
   std::string command = positional[1];
   cli.args.assign(positional.begin() + 2, positional.end());
-  if (command == "health") return manyshot::client::RunHealth(cli);
-  if (command == "info") return manyshot::client::RunInfo(cli);
+  using namespace manyshot::client;  // NOLINT: the command table below
+  if (command == "health") return RunHealth(cli);
+  if (command == "info") return RunInfo(cli);
+  if (command == "create") return RunCreate(cli);
+  if (command == "get") return RunGet(cli);
+  if (command == "list") return RunList(cli);
+  if (command == "delete") return RunDelete(cli);
+  if (command == "classify") return RunClassify(cli);
+  if (command == "score") return RunScore(cli);
+  if (command == "generate") return RunGenerate(cli);
   std::fprintf(stderr, "manyshot: unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

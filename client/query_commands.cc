@@ -1,0 +1,377 @@
+// classify, score, generate.
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+#include "client/example_reader.h"
+#include "client/flags.h"
+#include "client/request_builder.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace manyshot::client {
+namespace {
+
+// Mode and rescale factor overrides shared by classify, score and generate.
+bool QueryOptionsFromFlags(const std::string& cmd, v1::QueryOptions* options) {
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) {
+    ReportUsageError(cmd, std::string(mode.status().message()));
+    return false;
+  }
+  options->set_mode(*mode);
+  double rescale = absl::GetFlag(FLAGS_rescale_factor);
+  if (rescale < 0) {
+    ReportUsageError(cmd, "--rescale_factor must be > 0");
+    return false;
+  }
+  if (rescale > 0) options->set_rescale_factor(rescale);
+  return true;
+}
+
+// The input as shown on a result line: its text, or its fields as "name=value | ...".
+std::string DisplayInput(const v1::Input& input) {
+  if (!input.text().empty() || input.fields().empty()) return OneLine(input.text());
+  std::map<std::string, std::string> sorted(input.fields().begin(), input.fields().end());
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : sorted) parts.push_back(absl::StrCat(name, "=", value));
+  return OneLine(absl::StrJoin(parts, " | "));
+}
+
+nlohmann::json InputJson(const v1::Input& input) {
+  if (input.fields().empty()) return input.text();
+  nlohmann::json fields = nlohmann::json::object();
+  for (const auto& [name, value] : input.fields()) fields[name] = value;
+  if (!input.text().empty()) fields["text"] = input.text();
+  return fields;
+}
+
+// Reads --file (or stdin) as test inputs.
+bool ReadInputs(const std::string& cmd, std::vector<Record>* records, std::string* source,
+                FieldOptions* options) {
+  const std::string file_flag = absl::GetFlag(FLAGS_file);
+  const std::string path = file_flag.empty() ? std::string("-") : file_flag;
+  ExampleFormat format = ExampleFormat::kText;
+  if (!absl::GetFlag(FLAGS_format).empty()) {
+    auto parsed = ParseExampleFormat(absl::GetFlag(FLAGS_format));
+    if (!parsed.ok()) {
+      ReportUsageError(cmd, std::string(parsed.status().message()));
+      return false;
+    }
+    format = *parsed;
+  } else if (path != "-") {
+    format = ExampleFormatFromPath(path).value_or(ExampleFormat::kText);
+  }
+  auto read = ReadExamples(path, format);
+  if (!read.ok()) {
+    ReportUsageError(cmd, std::string(read.status().message()));
+    return false;
+  }
+  *records = std::move(*read);
+  *source = path == "-" ? "<stdin>" : path;
+  options->text_field = format == ExampleFormat::kText ? "text" : absl::GetFlag(FLAGS_text_field);
+  return true;
+}
+
+bool FieldMappings(const CliContext& cli, const std::string& cmd, FieldOptions* options) {
+  auto fields = ParseFieldMappings(cli.Repeated("field"));
+  if (!fields.ok()) {
+    ReportUsageError(cmd, std::string(fields.status().message()));
+    return false;
+  }
+  options->fields = *fields;
+  return true;
+}
+
+bool BatchFlag(const std::string& cmd, size_t* batch) {
+  int value = absl::GetFlag(FLAGS_batch);
+  if (value < 1) {
+    ReportUsageError(cmd, "--batch must be >= 1");
+    return false;
+  }
+  *batch = static_cast<size_t>(value);
+  return true;
+}
+
+void PrintThroughput(size_t count, std::chrono::steady_clock::time_point start) {
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "%zu inputs in %.2f s: %.1f inputs/s\n", count, seconds,
+               seconds > 0 ? static_cast<double>(count) / seconds : 0.0);
+}
+
+void PrintClassifyResult(const CliContext& cli, const v1::Input& input,
+                         const v1::ClassifyResult& result) {
+  if (cli.json) {
+    nlohmann::json line = nlohmann::json::parse(ToJson(result));
+    line["input"] = InputJson(input);
+    std::printf("%s\n", line.dump().c_str());
+    return;
+  }
+  double probability = 0;
+  if (result.label_index() < static_cast<uint32_t>(result.scores_size())) {
+    const v1::LabelScore& score = result.scores(static_cast<int>(result.label_index()));
+    probability =
+        score.calibrated_probability() > 0 ? score.calibrated_probability() : score.probability();
+  }
+  std::printf("%s\t%.4f\t%s\n", result.label().c_str(), probability, DisplayInput(input).c_str());
+}
+
+}  // namespace
+
+int RunClassify(const CliContext& cli) {
+  const std::string cmd = "classify";
+  if (cli.args.size() != 1) return ReportUsageError(cmd, "expected TASK_ID");
+  const std::string& task_id = cli.args[0];
+  FieldOptions options;
+  std::vector<Record> records;
+  std::string source;
+  size_t batch_size = 0;
+  v1::QueryOptions query;
+  if (!FieldMappings(cli, cmd, &options) || !BatchFlag(cmd, &batch_size) ||
+      !QueryOptionsFromFlags(cmd, &query) || !ReadInputs(cmd, &records, &source, &options)) {
+    return 2;
+  }
+  auto inputs = BuildInputs(records, options, source);
+  if (!inputs.ok()) return ReportUsageError(cmd, std::string(inputs.status().message()));
+  if (inputs->empty()) return ReportUsageError(cmd, absl::StrCat(source, ": no inputs"));
+  std::vector<std::vector<v1::Input>> batches = Batches(*inputs, batch_size);
+  auto make_request = [&](size_t b) {
+    v1::ClassifyRequest request;
+    request.set_task_id(task_id);
+    for (const v1::Input& input : batches[b]) *request.add_inputs() = input;
+    *request.mutable_options() = query;
+    request.set_request_id(std::to_string(b));
+    return request;
+  };
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  auto start = std::chrono::steady_clock::now();
+  size_t done = 0;
+
+  if (!absl::GetFlag(FLAGS_stream)) {
+    for (size_t b = 0; b < batches.size(); ++b) {
+      v1::ClassifyResponse response;
+      auto call = cli.NewCall();
+      grpc::Status status = stub->Classify(call.get(), make_request(b), &response);
+      if (!status.ok()) return ReportRpcError(cmd, status);
+      if (response.results_size() != static_cast<int>(batches[b].size())) {
+        return ReportRpcError(
+            cmd, grpc::Status(grpc::StatusCode::INTERNAL,
+                              absl::StrCat("expected ", batches[b].size(), " results, got ",
+                                           response.results_size())));
+      }
+      for (int i = 0; i < response.results_size(); ++i) {
+        PrintClassifyResult(cli, batches[b][static_cast<size_t>(i)], response.results(i));
+      }
+      std::fflush(stdout);
+      done += batches[b].size();
+    }
+    PrintThroughput(done, start);
+    return 0;
+  }
+
+  // StreamClassify: every batch on one stream; answers arrive in completion order and are
+  // printed in input order.
+  auto call = cli.NewStreamingCall();
+  auto stream = stub->StreamClassify(call.get());
+  std::thread writer([&] {
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (!stream->Write(make_request(b))) return;
+    }
+    stream->WritesDone();
+  });
+  std::map<size_t, v1::ClassifyResponse> pending;
+  size_t next = 0;
+  int exit_code = 0;
+  v1::ClassifyResponse response;
+  while (stream->Read(&response)) {
+    size_t b = 0;
+    try {
+      b = std::stoul(response.request_id());
+    } catch (...) {
+      b = batches.size();
+    }
+    if (b >= batches.size()) {
+      std::fprintf(stderr, "manyshot: classify: unexpected request_id '%s'\n",
+                   response.request_id().c_str());
+      exit_code = 1;
+      continue;
+    }
+    pending[b] = std::move(response);
+    for (auto it = pending.find(next); it != pending.end(); it = pending.find(next)) {
+      const v1::ClassifyResponse& r = it->second;
+      if (r.error_code() != 0) {
+        ReportRpcError(
+            absl::StrCat(cmd, ": inputs ", next * batch_size + 1, "-",
+                         next * batch_size + batches[next].size()),
+            grpc::Status(static_cast<grpc::StatusCode>(r.error_code()), r.error_message()));
+        exit_code = 1;
+      } else {
+        for (int i = 0; i < r.results_size() && i < static_cast<int>(batches[next].size()); ++i) {
+          PrintClassifyResult(cli, batches[next][static_cast<size_t>(i)], r.results(i));
+        }
+        done += batches[next].size();
+      }
+      std::fflush(stdout);
+      pending.erase(it);
+      ++next;
+    }
+  }
+  writer.join();
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return ReportRpcError(cmd, status);
+  if (next < batches.size()) {
+    return ReportRpcError(
+        cmd, grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("answers for ", next, " of ", batches.size(), " batches")));
+  }
+  PrintThroughput(done, start);
+  return exit_code;
+}
+
+int RunScore(const CliContext& cli) {
+  const std::string cmd = "score";
+  if (cli.args.size() != 1) return ReportUsageError(cmd, "expected TASK_ID");
+  const std::string& task_id = cli.args[0];
+  FieldOptions options;
+  size_t batch_size = 0;
+  v1::QueryOptions query;
+  if (!FieldMappings(cli, cmd, &options) || !BatchFlag(cmd, &batch_size) ||
+      !QueryOptionsFromFlags(cmd, &query)) {
+    return 2;
+  }
+  std::vector<v1::ScoreItem> items;
+  std::string path = absl::GetFlag(FLAGS_file);
+  if (!path.empty()) {
+    if (!absl::GetFlag(FLAGS_input).empty() || !cli.Repeated("candidate").empty()) {
+      return ReportUsageError(cmd, "give either --file or --input with --candidate, not both");
+    }
+    auto records = ReadExamples(path, ExampleFormat::kJsonl);
+    if (!records.ok()) return ReportUsageError(cmd, std::string(records.status().message()));
+    std::string source = path == "-" ? "<stdin>" : path;
+    options.text_field = absl::GetFlag(FLAGS_text_field);
+    auto inputs = BuildInputs(*records, options, source);
+    if (!inputs.ok()) return ReportUsageError(cmd, std::string(inputs.status().message()));
+    for (size_t i = 0; i < records->size(); ++i) {
+      const Record& record = (*records)[i];
+      const nlohmann::json* candidates = GetJsonField(record, "candidates");
+      v1::ScoreItem item;
+      *item.mutable_input() = (*inputs)[i];
+      bool ok = candidates != nullptr && candidates->is_array() && !candidates->empty();
+      for (size_t c = 0; ok && c < candidates->size(); ++c) {
+        ok = (*candidates)[c].is_string();
+        if (ok) item.add_candidates((*candidates)[c].get<std::string>());
+      }
+      if (!ok) {
+        return ReportUsageError(cmd, absl::StrCat(source, ":", record.line,
+                                                  ": \"candidates\" must be a non-empty array "
+                                                  "of strings"));
+      }
+      items.push_back(std::move(item));
+    }
+  } else {
+    if (absl::GetFlag(FLAGS_input).empty()) return ReportUsageError(cmd, "--input is required");
+    if (cli.Repeated("candidate").empty()) {
+      return ReportUsageError(cmd, "give at least one --candidate");
+    }
+    v1::ScoreItem item;
+    item.mutable_input()->set_text(UnescapeFlagValue(absl::GetFlag(FLAGS_input)));
+    for (const std::string& c : cli.Repeated("candidate")) {
+      item.add_candidates(UnescapeFlagValue(c));
+    }
+    items.push_back(std::move(item));
+  }
+  if (items.empty()) return ReportUsageError(cmd, "no items to score");
+
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  for (const std::vector<v1::ScoreItem>& batch : Batches(items, batch_size)) {
+    v1::ScoreRequest request;
+    request.set_task_id(task_id);
+    for (const v1::ScoreItem& item : batch) *request.add_items() = item;
+    *request.mutable_options() = query;
+    v1::ScoreResponse response;
+    auto call = cli.NewCall();
+    grpc::Status status = stub->Score(call.get(), request, &response);
+    if (!status.ok()) return ReportRpcError(cmd, status);
+    for (int i = 0; i < response.results_size() && i < static_cast<int>(batch.size()); ++i) {
+      const v1::ScoreItem& item = batch[static_cast<size_t>(i)];
+      const v1::ScoreResult& result = response.results(i);
+      if (cli.json) {
+        nlohmann::json line = nlohmann::json::parse(ToJson(result));
+        line["input"] = InputJson(item.input());
+        std::printf("%s\n", line.dump().c_str());
+        continue;
+      }
+      if (result.candidates_size() == 0) continue;
+      int best = static_cast<int>(result.best_index()) < result.candidates_size()
+                     ? static_cast<int>(result.best_index())
+                     : 0;
+      std::printf("%s\t%.4f\t%s\n", OneLine(result.candidates(best).candidate()).c_str(),
+                  result.candidates(best).probability(), DisplayInput(item.input()).c_str());
+      for (int c = 0; c < result.candidates_size(); ++c) {
+        const v1::CandidateScore& s = result.candidates(c);
+        std::printf("  %s %.4f  mean_logprob %.4f  %u tokens  %s\n", c == best ? "*" : " ",
+                    s.probability(), s.mean_logprob(), s.num_tokens(),
+                    OneLine(s.candidate()).c_str());
+      }
+    }
+  }
+  return 0;
+}
+
+int RunGenerate(const CliContext& cli) {
+  const std::string cmd = "generate";
+  if (cli.args.size() != 1) return ReportUsageError(cmd, "expected TASK_ID");
+  if (absl::GetFlag(FLAGS_input).empty()) return ReportUsageError(cmd, "--input is required");
+  v1::GenerateRequest request;
+  request.set_task_id(cli.args[0]);
+  request.mutable_input()->set_text(UnescapeFlagValue(absl::GetFlag(FLAGS_input)));
+  v1::GenerationOptions* options = request.mutable_options();
+  if (!QueryOptionsFromFlags(cmd, options->mutable_query())) return 2;
+  uint32_t beam_width = absl::GetFlag(FLAGS_beam_width);
+  if (beam_width > 1) {
+    options->set_strategy(v1::DECODING_STRATEGY_BEAM);
+    options->set_beam_width(beam_width);
+  }
+  if (auto penalty = absl::GetFlag(FLAGS_length_penalty)) options->set_length_penalty(*penalty);
+  options->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  for (const std::string& stop : cli.Repeated("stop")) options->add_stop(UnescapeFlagValue(stop));
+  if (absl::GetFlag(FLAGS_no_stop_at_eos)) options->set_stop_at_eos(false);
+
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  auto call = cli.NewStreamingCall();
+  auto stream = stub->Generate(call.get(), request);
+  v1::GenerateResponse response;
+  std::optional<v1::GenerationResult> result;
+  bool printed = false;
+  while (stream->Read(&response)) {
+    if (response.has_token() && !cli.json) {
+      std::fputs(response.token().text().c_str(), stdout);
+      std::fflush(stdout);
+      printed = true;
+    }
+    if (response.has_result()) result = response.result();
+  }
+  grpc::Status status = stream->Finish();
+  if (printed) std::fputs("\n", stdout);
+  if (!status.ok()) return ReportRpcError(cmd, status);
+  if (!result.has_value()) {
+    return ReportRpcError(
+        cmd, grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without a result"));
+  }
+  if (cli.json) {
+    std::printf("%s\n", ToJson(*result).c_str());
+  } else if (!printed) {
+    std::printf("%s\n", result->text().c_str());  // no token events: print the final text
+  }
+  return 0;
+}
+
+}  // namespace manyshot::client

@@ -1,0 +1,265 @@
+// create, get, list, delete.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+#include "client/example_reader.h"
+#include "client/flags.h"
+#include "client/progress.h"
+#include "client/request_builder.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+
+namespace manyshot::client {
+namespace {
+
+const char* StateName(v1::TaskState state) {
+  switch (state) {
+    case v1::TASK_STATE_ENCODING:
+      return "ENCODING";
+    case v1::TASK_STATE_READY:
+      return "READY";
+    case v1::TASK_STATE_FAILED:
+      return "FAILED";
+    default:
+      return "UNSPECIFIED";
+  }
+}
+
+void PrintTask(const v1::Task& task) {
+  const v1::TaskStats& s = task.stats();
+  std::printf("task          %s (%s)\n", task.task_id().c_str(), StateName(task.state()));
+  if (!task.error().empty()) std::printf("error         %s\n", task.error().c_str());
+  std::printf("template      %s\n", OneLine(task.spec().input_template()).c_str());
+  if (task.spec().labels_size() > 0) {
+    std::printf("labels        %s\n", absl::StrJoin(task.spec().labels(), ", ").c_str());
+  }
+  std::printf("demos         %llu in %llu groups of %u tokens (%llu context tokens",
+              static_cast<unsigned long long>(s.demonstrations()),
+              static_cast<unsigned long long>(s.groups()), s.group_length(),
+              static_cast<unsigned long long>(s.context_tokens()));
+  if (s.truncated_demonstrations() > 0) {
+    std::printf(", %llu truncated", static_cast<unsigned long long>(s.truncated_demonstrations()));
+  }
+  std::printf(")\n");
+  std::printf("cache         %llu bytes, rescale factor %g, encoded in %.2f s\n",
+              static_cast<unsigned long long>(s.cache_bytes()), s.effective_rescale_factor(),
+              s.encode_seconds());
+  if (!task.content_hash().empty()) {
+    std::printf("content hash  %s\n", task.content_hash().c_str());
+  }
+}
+
+// The single positional TASK_ID; a usage error otherwise.
+bool TaskIdArg(const CliContext& cli, const std::string& command, std::string* task_id) {
+  if (cli.args.size() != 1) {
+    ReportUsageError(command, cli.args.empty() ? "expected TASK_ID"
+                                               : absl::StrCat("expected one TASK_ID, got ",
+                                                              cli.args.size(), " arguments"));
+    return false;
+  }
+  *task_id = cli.args[0];
+  return true;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int RunCreate(const CliContext& cli) {
+  const std::string cmd = "create";
+  std::string task_id;
+  if (!TaskIdArg(cli, cmd, &task_id)) return 2;
+  std::string path = absl::GetFlag(FLAGS_file);
+  if (path.empty()) return ReportUsageError(cmd, "--file=PATH is required");
+  std::string input_template = UnescapeFlagValue(absl::GetFlag(FLAGS_template));
+  if (input_template.empty()) return ReportUsageError(cmd, "--template is required");
+
+  std::optional<ExampleFormat> format;
+  if (!absl::GetFlag(FLAGS_format).empty()) {
+    auto parsed = ParseExampleFormat(absl::GetFlag(FLAGS_format));
+    if (!parsed.ok()) return ReportUsageError(cmd, std::string(parsed.status().message()));
+    format = *parsed;
+  } else {
+    format = ExampleFormatFromPath(path);
+  }
+  if (!format.has_value() || *format == ExampleFormat::kText) {
+    return ReportUsageError(cmd, absl::StrCat("--file=", path,
+                                              ": give --format=jsonl|csv|tsv (demonstrations need "
+                                              "a text and a label field)"));
+  }
+
+  FieldOptions options;
+  options.text_field = absl::GetFlag(FLAGS_text_field);
+  options.label_field = absl::GetFlag(FLAGS_label_field);
+  options.labels = absl::GetFlag(FLAGS_labels);
+  auto fields = ParseFieldMappings(cli.Repeated("field"));
+  if (!fields.ok()) return ReportUsageError(cmd, std::string(fields.status().message()));
+  options.fields = *fields;
+  // With several placeholders, a placeholder without --field reads the field of its own name.
+  std::vector<std::string> placeholders = TemplatePlaceholders(input_template);
+  if (placeholders.size() > 1) {
+    for (const std::string& name : placeholders) options.fields.emplace(name, name);
+  }
+  auto label_map = ParseKeyValueList(absl::GetFlag(FLAGS_label_map), "label_map");
+  if (!label_map.ok()) return ReportUsageError(cmd, std::string(label_map.status().message()));
+  options.label_map = *label_map;
+
+  v1::TaskSpec spec;
+  spec.set_input_template(input_template);
+  if (auto v = absl::GetFlag(FLAGS_answer_template))
+    spec.set_answer_template(UnescapeFlagValue(*v));
+  if (auto v = absl::GetFlag(FLAGS_separator)) spec.set_separator(UnescapeFlagValue(*v));
+  if (auto v = absl::GetFlag(FLAGS_calibration_text)) {
+    spec.set_calibration_text(UnescapeFlagValue(*v));
+  }
+  for (const std::string& label : options.labels) spec.add_labels(label);
+  spec.set_shuffle_seed(absl::GetFlag(FLAGS_shuffle_seed));
+  spec.set_group_length(absl::GetFlag(FLAGS_group_length));
+  auto alignment = ParseAlignment(absl::GetFlag(FLAGS_alignment));
+  if (!alignment.ok()) return ReportUsageError(cmd, std::string(alignment.status().message()));
+  spec.set_alignment(*alignment);
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return ReportUsageError(cmd, std::string(mode.status().message()));
+  spec.set_mode(*mode);
+  double rescale = absl::GetFlag(FLAGS_rescale_factor);
+  if (rescale < 0) return ReportUsageError(cmd, "--rescale_factor must be >= 0");
+  spec.set_rescale_factor(rescale);
+  std::string long_policy = absl::GetFlag(FLAGS_long_demonstrations);
+  if (long_policy == "reject") {
+    spec.set_long_demonstrations(v1::LONG_DEMONSTRATION_POLICY_REJECT);
+  } else if (long_policy == "truncate") {
+    spec.set_long_demonstrations(v1::LONG_DEMONSTRATION_POLICY_TRUNCATE);
+  } else if (!long_policy.empty()) {
+    return ReportUsageError(cmd, "--long_demonstrations: expected reject or truncate");
+  }
+  spec.set_calibrate(absl::GetFlag(FLAGS_calibrate));
+  spec.set_max_query_tokens(absl::GetFlag(FLAGS_max_query_tokens));
+  spec.set_max_answer_tokens(absl::GetFlag(FLAGS_max_answer_tokens));
+  int chunk = absl::GetFlag(FLAGS_chunk);
+  if (chunk < 1) return ReportUsageError(cmd, "--chunk must be >= 1");
+
+  auto records = ReadExamples(path, *format);
+  if (!records.ok()) return ReportUsageError(cmd, std::string(records.status().message()));
+  auto demonstrations = BuildDemonstrations(*records, options, path);
+  if (!demonstrations.ok()) {
+    return ReportUsageError(cmd, std::string(demonstrations.status().message()));
+  }
+  std::vector<v1::CreateTaskRequest> requests = ChunkCreateTaskRequests(
+      task_id, spec, absl::GetFlag(FLAGS_replace), *demonstrations, static_cast<size_t>(chunk));
+
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  auto call = cli.NewStreamingCall();
+  auto stream = stub->CreateTask(call.get());
+  // Writes on their own thread, so that progress is read while the upload is still going.
+  std::thread writer([&stream, &requests] {
+    for (const v1::CreateTaskRequest& request : requests) {
+      if (!stream->Write(request)) return;  // the server ended the call; Finish() says why
+    }
+    stream->WritesDone();
+  });
+  ProgressDisplay progress(stderr, isatty(fileno(stderr)) != 0);
+  v1::CreateTaskResponse response;
+  std::optional<v1::CreateTaskResult> result;
+  while (stream->Read(&response)) {
+    if (response.has_progress()) progress.Update(response.progress(), Now());
+    if (response.has_result()) result = response.result();
+  }
+  progress.Finish();
+  writer.join();
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return ReportRpcError(cmd, status);
+  if (!result.has_value()) {
+    return ReportRpcError(
+        cmd, grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without a result"));
+  }
+  if (cli.json) {
+    std::printf("%s\n", ToJson(*result).c_str());
+    return 0;
+  }
+  std::printf("%s %s (%zu demonstrations in %zu messages)\n",
+              result->replaced()  ? "replaced"
+              : result->created() ? "created"
+                                  : "unchanged (identical content already registered):",
+              task_id.c_str(), demonstrations->size(), requests.size());
+  PrintTask(result->task());
+  return 0;
+}
+
+int RunGet(const CliContext& cli) {
+  std::string task_id;
+  if (!TaskIdArg(cli, "get", &task_id)) return 2;
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  v1::GetTaskRequest request;
+  request.set_task_id(task_id);
+  v1::Task task;
+  auto call = cli.NewCall();
+  grpc::Status status = stub->GetTask(call.get(), request, &task);
+  if (!status.ok()) return ReportRpcError("get", status);
+  if (cli.json) {
+    std::printf("%s\n", ToJson(task).c_str());
+  } else {
+    PrintTask(task);
+  }
+  return 0;
+}
+
+int RunList(const CliContext& cli) {
+  if (!cli.args.empty()) return ReportUsageError("list", "takes no arguments");
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  v1::ListTasksRequest request;
+  request.set_page_size(absl::GetFlag(FLAGS_page_size));
+  v1::ListTasksResponse all;
+  do {
+    v1::ListTasksResponse page;
+    auto call = cli.NewCall();
+    grpc::Status status = stub->ListTasks(call.get(), request, &page);
+    if (!status.ok()) return ReportRpcError("list", status);
+    for (v1::Task& task : *page.mutable_tasks()) *all.add_tasks() = std::move(task);
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  if (cli.json) {
+    std::printf("%s\n", ToJson(all).c_str());
+    return 0;
+  }
+  std::printf("%-32s %-9s %8s %7s %6s %14s\n", "TASK", "STATE", "DEMOS", "GROUPS", "L",
+              "CACHE_BYTES");
+  for (const v1::Task& task : all.tasks()) {
+    std::printf("%-32s %-9s %8llu %7llu %6u %14llu\n", task.task_id().c_str(),
+                StateName(task.state()),
+                static_cast<unsigned long long>(task.stats().demonstrations()),
+                static_cast<unsigned long long>(task.stats().groups()), task.stats().group_length(),
+                static_cast<unsigned long long>(task.stats().cache_bytes()));
+  }
+  return 0;
+}
+
+int RunDelete(const CliContext& cli) {
+  std::string task_id;
+  if (!TaskIdArg(cli, "delete", &task_id)) return 2;
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  v1::DeleteTaskRequest request;
+  request.set_task_id(task_id);
+  v1::DeleteTaskResponse response;
+  auto call = cli.NewCall();
+  grpc::Status status = stub->DeleteTask(call.get(), request, &response);
+  if (!status.ok()) return ReportRpcError("delete", status);
+  if (cli.json) {
+    std::printf("%s\n", ToJson(response).c_str());
+  } else {
+    std::printf("deleted %s (%llu bytes freed)\n", task_id.c_str(),
+                static_cast<unsigned long long>(response.freed_bytes()));
+  }
+  return 0;
+}
+
+}  // namespace manyshot::client
