@@ -93,6 +93,7 @@ class DiskTier {
   absl::Status Flush();
   Stats stats() const;
   rocksdb::DB* db() { return db_; }  // tests
+  rocksdb::ColumnFamilyHandle* tasks_family() { return tasks_cf_; }
   rocksdb::ColumnFamilyHandle* kv_family() { return kv_; }
   rocksdb::ColumnFamilyHandle* meta_family() { return meta_; }
 

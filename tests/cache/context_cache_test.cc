@@ -1,0 +1,370 @@
+// ContextCache over a real RocksDB in a temp dir: bit-exact round trips (f32, bf16), sharing,
+// corruption (a flipped byte in a stored chunk, in a header, in a file on disk; a missing chunk;
+// a failed shape check) detected, not served and re-encoded; disk budget LRU; recovery of staged
+// writes and half-written tasks; eager restore; single-flight encoding.
+#include "cache/context_cache.h"
+
+#include <rocksdb/db.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "cache/blob_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cache/support/cache_test_support.h"
+#include "tests/engine/support/golden_models.h"
+
+namespace manyshot::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One layer pair = 2 * 300 * 2 * 16 * 4 = 76800 bytes per layer; with 4 KB chunks, many chunks.
+constexpr int64_t kLayers = 2, kTokens = 300, kHeads = 2, kDim = 16;
+
+class ContextCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshTempDir("cc");
+    options_.chunk_bytes = 4096;
+    options_.max_batch_bytes = 64 << 10;  // larger blobs take the staged path
+    options_.log = [this](LogLevel, const std::string& m) { log_.push_back(m); };
+  }
+  void TearDown() override {
+    cache_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen() {
+    cache_.reset();
+    auto c = ContextCache::Open(dir_, options_, TestBackend());
+    ASSERT_TRUE(c.ok()) << c.status();
+    cache_ = *std::move(c);
+  }
+  EncodedContext Synthetic(uint64_t seed) {
+    return SyntheticContext(TestBackend(), seed, kLayers, kTokens, kHeads, kDim);
+  }
+  static TaskRecord Record(const std::string& id, const std::string& key) {
+    return {id, "tenant-a", "spec-of-" + id, "hash-" + id, key, 1700000000000000};
+  }
+  // An encoder that counts its calls and returns the synthetic context of `seed`.
+  EncodeFn Encoder(uint64_t seed) {
+    return [this, seed]() -> absl::StatusOr<EncodedContext> {
+      ++encoder_calls_;
+      return Synthetic(seed);
+    };
+  }
+  static EncodeFn NoEncoder() {
+    return []() -> absl::StatusOr<EncodedContext> {
+      ADD_FAILURE() << "unexpected encode";
+      return absl::InternalError("unexpected encode");
+    };
+  }
+  rocksdb::DB* db() { return cache_->disk().db(); }
+  void FlipByteOfValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key, size_t at) {
+    std::string value;
+    ASSERT_TRUE(db()->Get(rocksdb::ReadOptions(), cf, key, &value).ok());
+    value[at % value.size()] ^= 0x10;
+    ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), cf, key, value).ok());
+  }
+  bool Logged(const std::string& fragment) const {
+    for (const auto& m : log_) {
+      if (m.find(fragment) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  std::filesystem::path dir_;
+  ContextCacheOptions options_;
+  std::unique_ptr<ContextCache> cache_;
+  std::vector<std::string> log_;
+  int encoder_calls_ = 0;
+};
+
+TEST_F(ContextCacheTest, F32RoundTripIsBitExactAcrossReopen) {
+  Reopen();
+  const EncodedContext original = Synthetic(1);
+  ASSERT_TRUE(cache_->PutTask(Record("t1", "k1"), original).ok());
+  const CacheStats written = cache_->Stats();
+  EXPECT_EQ(written.disk_bytes, original.bytes());
+  EXPECT_EQ(written.disk_entries, 1u);
+  EXPECT_EQ(written.memory_bytes, original.bytes());
+  Reopen();
+  ASSERT_EQ(cache_->ListTasks().size(), 1u);
+  EXPECT_EQ(cache_->ListTasks()[0], Record("t1", "k1"));
+  auto pinned = cache_->Acquire("k1", NoEncoder());
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ((*pinned)->groups, original.groups);
+  EXPECT_EQ((*pinned)->group_length, original.group_length);
+  const CacheStats s = cache_->Stats();
+  EXPECT_EQ(s.encodes, 0u);
+  EXPECT_EQ(s.disk_hits, 1u);
+  EXPECT_EQ(s.loads, 1u);
+  EXPECT_EQ(s.load_bytes, original.bytes());
+  EXPECT_EQ(s.memory_bytes, original.bytes());
+  // Second use: a memory hit.
+  pinned->Release();
+  ASSERT_TRUE(cache_->Acquire("k1", NoEncoder()).ok());
+  EXPECT_EQ(cache_->Stats().memory_hits, 1u);
+}
+
+TEST_F(ContextCacheTest, Bf16StorageHalvesBytesAndRoundTripsBitExact) {
+  options_.kv_dtype = DType::kBF16;
+  Reopen();
+  const EncodedContext original = Synthetic(2);
+  const EncodedContext expected =
+      *ToF32(*ConvertContext(original, DType::kBF16, TestBackend()), TestBackend());
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
+  EXPECT_EQ(cache_->Stats().disk_bytes, original.bytes() / 2);
+  {
+    // What memory holds before a restart is what comes back after it.
+    auto before = cache_->Acquire("k", NoEncoder());
+    ASSERT_TRUE(before.ok());
+    EXPECT_EQ(CompareContexts(**before, expected, TestBackend()), "");
+  }
+  Reopen();
+  auto after = cache_->Acquire("k", NoEncoder());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)->kv.k[0].dtype(), DType::kF32);
+  EXPECT_EQ(CompareContexts(**after, expected, TestBackend()), "");
+  after->Release();
+  // Memory may hold the storage dtype too: half the memory bytes.
+  options_.memory_holds_storage_dtype = true;
+  Reopen();
+  auto narrow = cache_->Acquire("k", NoEncoder());
+  ASSERT_TRUE(narrow.ok());
+  EXPECT_EQ((*narrow)->kv.k[0].dtype(), DType::kBF16);
+  EXPECT_EQ(cache_->Stats().memory_bytes, original.bytes() / 2);
+  EXPECT_EQ(CompareContexts(*ToF32(**narrow, TestBackend()), expected, TestBackend()), "");
+}
+
+TEST_F(ContextCacheTest, EqualTasksShareOneEntry) {
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("a", "k"), Synthetic(3)).ok());
+  auto b = cache_->CreateTask(Record("b", "k"), NoEncoder());  // shares: no encode
+  ASSERT_TRUE(b.ok()) << b.status();
+  b->Release();
+  CacheStats s = cache_->Stats();
+  EXPECT_EQ(s.tasks, 2u);
+  EXPECT_EQ(s.disk_entries, 1u);
+  EXPECT_EQ(s.memory_entries, 1u);
+  EXPECT_EQ(cache_->disk().TasksUsingKey("k"), (std::vector<std::string>{"a", "b"}));
+  ASSERT_TRUE(cache_->DeleteTask("a").ok());
+  s = cache_->Stats();
+  EXPECT_EQ(s.disk_entries, 1u);  // b still uses it
+  EXPECT_EQ(s.memory_entries, 1u);
+  Reopen();
+  ASSERT_EQ(cache_->ListTasks().size(), 1u);
+  ASSERT_TRUE(cache_->Acquire("k", NoEncoder()).ok());
+  ASSERT_TRUE(cache_->DeleteTask("b").ok());
+  s = cache_->Stats();
+  EXPECT_EQ(s.tasks, 0u);
+  EXPECT_EQ(s.disk_entries, 0u);
+  EXPECT_EQ(s.disk_bytes, 0u);
+  EXPECT_EQ(s.memory_entries, 0u);
+  EXPECT_EQ(s.memory_bytes, 0u);
+  EXPECT_TRUE(absl::IsNotFound(cache_->DeleteTask("b")));
+}
+
+TEST_F(ContextCacheTest, CreateTaskEncodesOnceAndStoresAtomically) {
+  Reopen();
+  auto pinned = cache_->CreateTask(Record("t", "k"), Encoder(4));
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(encoder_calls_, 1);
+  EXPECT_EQ(CompareContexts(**pinned, Synthetic(4), TestBackend()), "");
+  pinned->Release();
+  EXPECT_EQ(cache_->Stats().re_encodes, 0u);
+  Reopen();
+  ASSERT_TRUE(cache_->Acquire("k", NoEncoder()).ok());
+}
+
+TEST_F(ContextCacheTest, FlippedByteInAStoredChunkIsDetectedNotServedAndReEncoded) {
+  Reopen();
+  const EncodedContext original = Synthetic(5);
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
+  Reopen();  // memory tier empty
+  FlipByteOfValue(cache_->disk().kv_family(), ChunkKey("k", 7), 1234);
+  auto pinned = cache_->Acquire("k", Encoder(5));
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");  // the re-encoded one
+  CacheStats s = cache_->Stats();
+  EXPECT_EQ(encoder_calls_, 1);
+  EXPECT_EQ(s.corruptions_detected, 1u);
+  EXPECT_EQ(s.encodes, 1u);
+  EXPECT_EQ(s.re_encodes, 1u);
+  EXPECT_EQ(s.disk_hits, 0u);
+  EXPECT_TRUE(Logged("chunk 7 checksum mismatch")) << ::testing::PrintToString(log_);
+  pinned->Release();
+  // The re-encoded blob was stored: the next process loads it without encoding.
+  Reopen();
+  auto again = cache_->Acquire("k", NoEncoder());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(CompareContexts(**again, original, TestBackend()), "");
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
+}
+
+TEST_F(ContextCacheTest, DamagedHeaderIsDetectedAtOpen) {
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), Synthetic(6)).ok());
+  FlipByteOfValue(cache_->disk().meta_family(), "h/k", 20);
+  Reopen();
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
+  EXPECT_EQ(cache_->Stats().disk_entries, 0u);
+  EXPECT_EQ(cache_->ListTasks().size(), 1u);  // the task stays; its KV is re-encoded on demand
+  auto pinned = cache_->Acquire("k", Encoder(6));
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(encoder_calls_, 1);
+  EXPECT_EQ(cache_->Stats().re_encodes, 1u);
+  EXPECT_EQ(CompareContexts(**pinned, Synthetic(6), TestBackend()), "");
+}
+
+TEST_F(ContextCacheTest, MissingChunkAndFailedShapeCheckAreCorruption) {
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), Synthetic(7)).ok());
+  Reopen();
+  ASSERT_TRUE(
+      db()->Delete(rocksdb::WriteOptions(), cache_->disk().kv_family(), ChunkKey("k", 3)).ok());
+  ASSERT_TRUE(cache_->Acquire("k", Encoder(7)).ok());
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
+  Reopen();
+  // A blob whose shape does not match the task (the validate hook, IclTask::CheckContext).
+  auto rejecting = [](const EncodedContext&) { return absl::DataLossError("tokens mismatch"); };
+  ASSERT_TRUE(cache_->Acquire("k", Encoder(7), rejecting).ok());
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
+  EXPECT_EQ(encoder_calls_, 2);
+  EXPECT_TRUE(Logged("tokens mismatch"));
+}
+
+// The blob file itself damaged on disk (what a bad sector or a torn copy looks like): RocksDB's
+// own checksums or ours catch it; either way the KV is not served and is re-encoded.
+TEST_F(ContextCacheTest, FlippedByteInABlobFileOnDiskIsDetected) {
+  Reopen();
+  const EncodedContext original = Synthetic(8);
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
+  ASSERT_TRUE(cache_->disk().Flush().ok());
+  cache_.reset();
+  std::filesystem::path largest;
+  uintmax_t largest_size = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    if (e.path().extension() == ".blob" && e.file_size() > largest_size) {
+      largest = e.path();
+      largest_size = e.file_size();
+    }
+  }
+  ASSERT_GT(largest_size, original.bytes() / 2) << "KV not in a blob file";
+  {
+    std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(largest_size / 2));
+    char c;
+    f.read(&c, 1);
+    c ^= 0x01;
+    f.seekp(static_cast<std::streamoff>(largest_size / 2));
+    f.write(&c, 1);
+  }
+  Reopen();
+  auto pinned = cache_->Acquire("k", Encoder(8));
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(encoder_calls_, 1);
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
+  std::printf("[ info ] detected as: %s\n", log_.empty() ? "" : log_.back().c_str());
+}
+
+TEST_F(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
+  const size_t blob = static_cast<size_t>(2 * kLayers * kTokens * kHeads * kDim * 4);
+  options_.disk_budget_bytes = 2 * blob + blob / 2;  // room for two
+  options_.memory_budget_bytes = 0;                  // every Acquire goes to disk
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("a", "ka"), Synthetic(10)).ok());
+  ASSERT_TRUE(cache_->PutTask(Record("b", "kb"), Synthetic(11)).ok());
+  ASSERT_TRUE(cache_->Acquire("ka", NoEncoder()).ok());  // a is now more recent than b
+  EXPECT_EQ(cache_->disk().BlobsByRecency(), (std::vector<std::string>{"kb", "ka"}));
+  ASSERT_TRUE(cache_->PutTask(Record("c", "kc"), Synthetic(12)).ok());  // evicts b
+  EXPECT_EQ(cache_->disk().BlobsByRecency(), (std::vector<std::string>{"ka", "kc"}));
+  CacheStats s = cache_->Stats();
+  EXPECT_EQ(s.disk_evictions, 1u);
+  EXPECT_EQ(s.disk_bytes, 2 * blob);
+  EXPECT_EQ(s.tasks, 3u);  // b's task record stays
+  // The LRU order survives a restart (access times are persisted).
+  Reopen();
+  EXPECT_EQ(cache_->disk().BlobsByRecency(), (std::vector<std::string>{"ka", "kc"}));
+  // b's KV is re-encoded on demand and stored again, evicting the least recent (a).
+  auto b = cache_->Acquire("kb", Encoder(11));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(CompareContexts(**b, Synthetic(11), TestBackend()), "");
+  s = cache_->Stats();
+  EXPECT_EQ(s.re_encodes, 1u);
+  EXPECT_EQ(s.disk_evictions, 1u);
+  EXPECT_EQ(cache_->disk().BlobsByRecency(), (std::vector<std::string>{"kc", "kb"}));
+  EXPECT_EQ(s.disk_bytes, 2 * blob);
+}
+
+TEST_F(ContextCacheTest, UncommittedStagedWriteAndRecordWithoutReadyMarkerAreNeverVisible) {
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("good", "kg"), Synthetic(13)).ok());
+  // What a crash in the middle of a staged write leaves: the marker and some chunks, no header.
+  auto* kv = cache_->disk().kv_family();
+  ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), cache_->disk().meta_family(), "p/kx", "").ok());
+  for (uint64_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(
+        db()->Put(rocksdb::WriteOptions(), kv, ChunkKey("kx", i), std::string(4096, 'x')).ok());
+  }
+  // And a task record whose batch never got its ready marker (impossible with one batch, but the
+  // reader must not depend on that).
+  auto* tasks = cache_->disk().tasks_family();
+  ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), tasks, "t/ghost",
+                        SerializeTaskRecord(Record("ghost", "kg")))
+                  .ok());
+  Reopen();
+  tasks = cache_->disk().tasks_family();
+  kv = cache_->disk().kv_family();
+  std::string ghost;
+  EXPECT_TRUE(db()->Get(rocksdb::ReadOptions(), tasks, "t/ghost", &ghost).IsNotFound());
+  EXPECT_EQ(cache_->disk().stats().staged_writes_recovered, 1u);
+  std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(rocksdb::ReadOptions(), kv));
+  int orphan_chunks = 0;
+  for (it->Seek("kx"); it->Valid() && it->key().starts_with("kx"); it->Next()) ++orphan_chunks;
+  EXPECT_EQ(orphan_chunks, 0);
+  ASSERT_EQ(cache_->ListTasks().size(), 1u);
+  EXPECT_EQ(cache_->ListTasks()[0].task_id, "good");
+  EXPECT_TRUE(Logged("discarding uncommitted KV blob kx"));
+}
+
+TEST_F(ContextCacheTest, EagerRestoreLoadsAtOpenWithoutEncoding) {
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("a", "ka"), Synthetic(20)).ok());
+  ASSERT_TRUE(cache_->PutTask(Record("b", "kb"), Synthetic(21)).ok());
+  options_.eager_restore = true;
+  Reopen();
+  CacheStats s = cache_->Stats();
+  EXPECT_EQ(s.memory_entries, 2u);
+  EXPECT_EQ(s.loads, 2u);
+  EXPECT_EQ(s.encodes, 0u);
+  ASSERT_TRUE(cache_->Acquire("kb", NoEncoder()).ok());
+  EXPECT_EQ(cache_->Stats().memory_hits, 1u);
+}
+
+TEST_F(ContextCacheTest, ConcurrentAcquiresOfOneKeyEncodeOnce) {
+  Reopen();
+  std::atomic<int> encodes{0};
+  auto slow_encoder = [&]() -> absl::StatusOr<EncodedContext> {
+    ++encodes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return Synthetic(30);
+  };
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      if (cache_->Acquire("k", slow_encoder).ok()) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(encodes.load(), 1);
+}
+
+}  // namespace
+}  // namespace manyshot::testing
