@@ -122,6 +122,13 @@ absl::StatusOr<PinnedContext> ContextCache::LoadFromDisk(const std::string& key,
     }
     return ctx.status();
   }
+  if (absl::IsNotFound(ctx.status())) {
+    // Evicted or deleted between the index check and the read: drop the index entry too.
+    disk_->DeleteBlob(key).IgnoreError();
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    ++counters_.disk_misses;
+    return ctx.status();
+  }
   if (!ctx.ok()) return ctx.status();
   const double seconds = SecondsSince(start);
   auto shape = ShapeOf(*ctx);

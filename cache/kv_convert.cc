@@ -73,30 +73,30 @@ void ConvertElements(const void* src, DType from, void* dst, DType to, size_t n)
     std::memcpy(dst, src, n * DTypeSize(from));
     return;
   }
-  // Through f32: every 16-bit value widens exactly, so f16 <-> bf16 rounds only once.
-  std::vector<float> wide;
-  const float* f = nullptr;
-  if (from == DType::kF32) {
-    f = static_cast<const float*>(src);
-  } else {
-    wide.resize(n);
+  if (to == DType::kF32) {  // widening is exact; the bf16 loop vectorizes (a shift)
     const auto* h = static_cast<const uint16_t*>(src);
+    auto* f = static_cast<float*>(dst);
     if (from == DType::kBF16) {
-      for (size_t i = 0; i < n; ++i) wide[i] = BF16ToF32(h[i]);
+      for (size_t i = 0; i < n; ++i) f[i] = BF16ToF32(h[i]);
     } else {
-      for (size_t i = 0; i < n; ++i) wide[i] = F16ToF32(h[i]);
+      for (size_t i = 0; i < n; ++i) f[i] = F16ToF32(h[i]);
     }
-    f = wide.data();
+    return;
   }
-  if (to == DType::kF32) {
-    std::memcpy(dst, f, n * sizeof(float));
-  } else if (to == DType::kBF16) {
+  if (from == DType::kF32) {  // narrowing rounds to nearest even
+    const auto* f = static_cast<const float*>(src);
     auto* h = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < n; ++i) h[i] = F32ToBF16(f[i]);
-  } else {
-    auto* h = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(f[i]);
+    if (to == DType::kBF16) {
+      for (size_t i = 0; i < n; ++i) h[i] = F32ToBF16(f[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(f[i]);
+    }
+    return;
   }
+  // f16 <-> bf16 through f32 (exact widening, so it rounds only once).
+  std::vector<float> wide(n);
+  ConvertElements(src, from, wide.data(), DType::kF32, n);
+  ConvertElements(wide.data(), DType::kF32, dst, to, n);
 }
 
 absl::StatusOr<EncodedContext> ConvertContext(const EncodedContext& ctx, DType dtype,

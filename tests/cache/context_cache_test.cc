@@ -256,11 +256,14 @@ TEST_F(ContextCacheTest, FlippedByteInABlobFileOnDiskIsDetected) {
   ASSERT_GT(largest_size, original.bytes() / 2) << "KV not in a blob file";
   {
     std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(largest_size / 2));
+    // Past the middle by 1234: inside a value, not on a 41-byte record header (records are
+    // 4137-byte strides here, and the exact middle lands on one).
+    const auto at = static_cast<std::streamoff>(largest_size / 2 + 1234);
+    f.seekg(at);
     char c;
     f.read(&c, 1);
     c ^= 0x01;
-    f.seekp(static_cast<std::streamoff>(largest_size / 2));
+    f.seekp(at);
     f.write(&c, 1);
   }
   Reopen();
