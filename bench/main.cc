@@ -16,6 +16,7 @@ constexpr char kUsage[] =
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
+    "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   std::string sub = argv[1];
   if (sub == "prefill") return manyshot::bench::RunPrefillBench(options);
   if (sub == "structured") return manyshot::bench::RunStructuredBench(options);
+  if (sub == "cache") return manyshot::bench::RunCacheBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

@@ -18,6 +18,7 @@ struct BenchOptions {
 
 int RunPrefillBench(const BenchOptions& options);
 int RunStructuredBench(const BenchOptions& options);
+int RunCacheBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);
