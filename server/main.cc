@@ -35,6 +35,30 @@ ABSL_FLAG(int, shutdown_grace_seconds, 10,
 ABSL_FLAG(uint64_t, max_message_bytes, 64ull << 20,
           "Largest gRPC message accepted or sent, in bytes (big task uploads stream in chunks)");
 
+ABSL_FLAG(uint64_t, memory_budget_bytes, 8ull << 30,
+          "Byte budget of the KV cache's memory tier (LRU eviction of unpinned entries)");
+ABSL_FLAG(uint64_t, disk_budget_bytes, 0,
+          "Byte budget of KV blobs in RocksDB; 0 = unlimited (LRU eviction; specs stay)");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV storage type in memory and on disk: f32, bf16, f16");
+ABSL_FLAG(bool, eager_restore, false,
+          "Load every task's KV from RocksDB at startup instead of on first use");
+ABSL_FLAG(int, batch_window_ms, 2, "How long a batch waits for more requests of the same task");
+ABSL_FLAG(int, max_batch_size, 32, "Most inputs per engine batch");
+ABSL_FLAG(int, max_queue_inputs, 4096,
+          "Most inputs waiting in the scheduler; beyond that calls get RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_demonstrations, 100000, "Most demonstrations per task");
+ABSL_FLAG(uint64_t, max_input_bytes, 64 * 1024, "Most bytes per input text or field");
+ABSL_FLAG(uint32_t, max_batch_inputs, 256, "Most inputs (or items) per Classify/Score request");
+ABSL_FLAG(uint32_t, max_candidates, 64, "Most candidates per Score item");
+ABSL_FLAG(uint32_t, max_labels, 1000, "Most labels per task");
+ABSL_FLAG(uint32_t, max_new_tokens, 256, "Most tokens one Generate call may produce");
+ABSL_FLAG(uint32_t, max_beam_width, 8, "Widest beam search allowed");
+ABSL_FLAG(uint32_t, max_tasks, 10000, "Most tasks the server holds");
+ABSL_FLAG(uint32_t, default_max_query_tokens, 128,
+          "Room for a query (tokens) when a task does not set max_query_tokens");
+ABSL_FLAG(uint32_t, default_max_answer_tokens, 32,
+          "Room for an answer (tokens) when a task does not set max_answer_tokens");
+
 namespace {
 
 manyshot::server::ServerConfig ConfigFromFlags() {
@@ -50,6 +74,23 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.port_file = absl::GetFlag(FLAGS_port_file);
   config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  config.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
+  config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
+  config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  config.eager_restore = absl::GetFlag(FLAGS_eager_restore);
+  config.batch_window_ms = absl::GetFlag(FLAGS_batch_window_ms);
+  config.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  config.max_queue_inputs = absl::GetFlag(FLAGS_max_queue_inputs);
+  config.max_demonstrations = absl::GetFlag(FLAGS_max_demonstrations);
+  config.max_input_bytes = absl::GetFlag(FLAGS_max_input_bytes);
+  config.max_batch_inputs = absl::GetFlag(FLAGS_max_batch_inputs);
+  config.max_candidates = absl::GetFlag(FLAGS_max_candidates);
+  config.max_labels = absl::GetFlag(FLAGS_max_labels);
+  config.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  config.max_beam_width = absl::GetFlag(FLAGS_max_beam_width);
+  config.max_tasks = absl::GetFlag(FLAGS_max_tasks);
+  config.default_max_query_tokens = absl::GetFlag(FLAGS_default_max_query_tokens);
+  config.default_max_answer_tokens = absl::GetFlag(FLAGS_default_max_answer_tokens);
   return config;
 }
 

@@ -1,5 +1,5 @@
-// The manyshot.v1.ManyShot gRPC service. Validates requests and hands them to the engine; methods
-// that the engine does not back yet answer UNIMPLEMENTED naming what is missing.
+// The manyshot.v1.ManyShot gRPC service: validates requests, turns them into engine calls through
+// the task registry (tasks, cache) and the scheduler (batching), and maps results back.
 #pragma once
 
 #include <chrono>
@@ -7,14 +7,19 @@
 
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "server/model_loader.h"
+#include "server/scheduler.h"
 #include "server/server_config.h"
+#include "server/service_metrics.h"
+#include "server/task_registry.h"
 
 namespace manyshot::server {
 
 class ManyShotService final : public manyshot::v1::ManyShot::Service {
  public:
-  // `model` is loaded before the service exists and outlives every call.
-  ManyShotService(const ServerConfig& config, std::shared_ptr<const LoadedModel> model);
+  // Everything passed in outlives the service.
+  ManyShotService(const ServerConfig& config, std::shared_ptr<const LoadedModel> model,
+                  TaskRegistry& registry, Scheduler& scheduler, ContextCache& cache,
+                  ServiceMetrics& metrics);
 
   grpc::Status CreateTask(
       grpc::ServerContext* context,
@@ -38,8 +43,20 @@ class ManyShotService final : public manyshot::v1::ManyShot::Service {
                              v1::ServerInfo* response) override;
 
  private:
+  // Classification shared by Classify and StreamClassify.
+  grpc::Status DoClassify(grpc::ServerContext* context, const v1::ClassifyRequest& request,
+                          v1::ClassifyResponse* response);
+  // Counts, times and logs one finished call.
+  grpc::Status Finish(const char* method, grpc::ServerContext* context,
+                      std::chrono::steady_clock::time_point start, const std::string& task_id,
+                      grpc::Status status);
+
   ServerConfig config_;
   std::shared_ptr<const LoadedModel> model_;
+  TaskRegistry& registry_;
+  Scheduler& scheduler_;
+  ContextCache& cache_;
+  ServiceMetrics& metrics_;
   std::chrono::system_clock::time_point start_time_;
 };
 

@@ -37,6 +37,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& addre
   return metrics;
 }
 
+void Metrics::Register(std::shared_ptr<prometheus::Collectable> collectable) {
+  if (exposer_) exposer_->RegisterCollectable(collectable);
+}
+
 Metrics::~Metrics() = default;
 
 }  // namespace manyshot::server

@@ -20,6 +20,8 @@ class Metrics {
   ~Metrics();
 
   prometheus::Registry& registry() { return *registry_; }
+  // Adds a scrape-time collector to /metrics (no-op when not serving).
+  void Register(std::shared_ptr<prometheus::Collectable> collectable);
   // The bound port, or 0 when not serving.
   int port() const { return port_; }
 

@@ -25,7 +25,46 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   if (!model.ok()) return model.status();
   app->model_ = std::make_shared<const LoadedModel>(*std::move(model));
 
-  app->service_ = std::make_unique<ManyShotService>(config, app->model_);
+  // The KV cache (RocksDB under the data directory) and the tasks it holds.
+  ContextCacheOptions cache_options;
+  cache_options.memory_budget_bytes = config.memory_budget_bytes;
+  cache_options.disk_budget_bytes = config.disk_budget_bytes;
+  cache_options.eager_restore = config.eager_restore;
+  if (config.kv_dtype == "bf16") {
+    cache_options.kv_dtype = DType::kBF16;
+  } else if (config.kv_dtype == "f16") {
+    cache_options.kv_dtype = DType::kF16;
+  } else if (config.kv_dtype != "f32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_dtype=", config.kv_dtype, " is not one of f32, bf16, f16"));
+  }
+  // The CPU attention reads 16-bit context K/V directly: keep memory in the storage dtype.
+  cache_options.memory_holds_storage_dtype = true;
+  cache_options.log = [](LogLevel level, const std::string& message) {
+    if (level == LogLevel::kError) {
+      spdlog::error("cache: {}", message);
+    } else if (level == LogLevel::kWarning) {
+      spdlog::warn("cache: {}", message);
+    } else {
+      spdlog::info("cache: {}", message);
+    }
+  };
+  auto cache =
+      ContextCache::Open(app->data_dir_->path() / "cache", cache_options, *app->model_->backend);
+  if (!cache.ok()) return cache.status();
+  app->cache_ = *std::move(cache);
+  app->registry_ = std::make_unique<TaskRegistry>(*app->model_, *app->cache_, app->config_);
+  if (auto s = app->registry_->Restore(); !s.ok()) return s;
+  app->service_metrics_ = std::make_unique<ServiceMetrics>(app->metrics_->registry(), *app->cache_);
+  app->metrics_->Register(app->service_metrics_->cache_collector());
+  ServiceMetrics* sm = app->service_metrics_.get();
+  SchedulerHooks hooks;
+  hooks.on_batch = [sm](size_t n) { sm->Batch(n); };
+  hooks.on_wait = [sm](double s) { sm->QueueWait(s); };
+  hooks.on_depth = [sm](size_t d) { sm->QueueDepth(d); };
+  app->scheduler_ = std::make_unique<Scheduler>(*app->registry_, app->config_, hooks);
+  app->service_ = std::make_unique<ManyShotService>(app->config_, app->model_, *app->registry_,
+                                                    *app->scheduler_, *app->cache_, *sm);
 
   // Both must happen before the builder is created: the health service is created by the
   // builder, and the reflection plugin is only linked in when this function is called.
@@ -58,6 +97,8 @@ void ServerApp::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_ || server_ == nullptr) return;  // never started, or already stopped
   shut_down_ = true;
   server_->GetHealthCheckService()->Shutdown();
+  // New engine work is refused; queued work still runs within the grace period.
+  scheduler_->Drain();
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
 }

@@ -10,7 +10,10 @@
 #include "server/manyshot_service.h"
 #include "server/metrics.h"
 #include "server/model_loader.h"
+#include "server/scheduler.h"
 #include "server/server_config.h"
+#include "server/service_metrics.h"
+#include "server/task_registry.h"
 
 namespace manyshot::server {
 
@@ -32,6 +35,10 @@ class ServerApp {
   std::unique_ptr<DataDir> data_dir_;
   std::unique_ptr<Metrics> metrics_;
   std::shared_ptr<const LoadedModel> model_;
+  std::unique_ptr<ContextCache> cache_;
+  std::unique_ptr<TaskRegistry> registry_;
+  std::unique_ptr<ServiceMetrics> service_metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ManyShotService> service_;
   std::unique_ptr<grpc::Server> server_;
   int grpc_port_ = 0;

@@ -20,6 +20,30 @@ struct ServerConfig {
   std::string log_format = "text";  // "text" or "json"
   int shutdown_grace_seconds = 10;  // in-flight calls get this long after SIGTERM
   uint64_t max_message_bytes = 64ull << 20;
+
+  // The KV cache (cache/README.md).
+  uint64_t memory_budget_bytes = 8ull << 30;
+  uint64_t disk_budget_bytes = 0;  // 0 = unlimited
+  std::string kv_dtype = "f32";    // f32, bf16 or f16 (storage on disk and in memory)
+  bool eager_restore = false;      // load every task's KV at startup instead of on first use
+
+  // Scheduling: requests for one task are batched for up to batch_window_ms or max_batch_size
+  // inputs; at most max_queue_inputs inputs wait (RESOURCE_EXHAUSTED beyond).
+  int batch_window_ms = 2;
+  int max_batch_size = 32;
+  int max_queue_inputs = 4096;
+
+  // Limits (reported by GetServerInfo).
+  uint64_t max_demonstrations = 100000;
+  uint64_t max_input_bytes = 64 * 1024;
+  uint32_t max_batch_inputs = 256;
+  uint32_t max_candidates = 64;
+  uint32_t max_labels = 1000;
+  uint32_t max_new_tokens = 256;
+  uint32_t max_beam_width = 8;
+  uint32_t max_tasks = 10000;
+  uint32_t default_max_query_tokens = 128;
+  uint32_t default_max_answer_tokens = 32;
 };
 
 }  // namespace manyshot::server

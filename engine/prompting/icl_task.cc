@@ -196,6 +196,19 @@ absl::StatusOr<std::vector<int32_t>> IclTask::ContinuationTokens(const std::stri
   return continuation;
 }
 
+absl::StatusOr<std::vector<std::vector<int32_t>>> IclTask::LabelContinuations(
+    const std::string& query_text) const {
+  std::vector<std::vector<int32_t>> continuations;
+  for (const auto& label : options_.labels) {
+    auto answer = answer_template_.Render(label, {{"label", label}});
+    if (!answer.ok()) return answer.status();
+    auto continuation = ContinuationTokens(query_text, *answer);
+    if (!continuation.ok()) return continuation.status();
+    continuations.push_back(*std::move(continuation));
+  }
+  return continuations;
+}
+
 absl::StatusOr<std::vector<std::vector<CandidateScore>>> IclTask::Score(
     const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
     const QueryOverrides& overrides) {
@@ -221,13 +234,9 @@ absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
   auto query = QueryTokens(content_free, &text);
   if (!query.ok()) return query.status();
   QueryWithCandidates item{*query, {}};
-  for (const auto& label : options_.labels) {
-    auto answer = answer_template_.Render(label, {{"label", label}});
-    if (!answer.ok()) return answer.status();
-    auto continuation = ContinuationTokens(text, *answer);
-    if (!continuation.ok()) return continuation.status();
-    item.candidates.push_back(*std::move(continuation));
-  }
+  auto labels = LabelContinuations(text);
+  if (!labels.ok()) return labels.status();
+  item.candidates = *std::move(labels);
   auto scores = ScoreCandidates(model_, resolved->first, resolved->second, bos_id_, {item});
   if (!scores.ok()) return scores.status();
   std::vector<double> means;
@@ -251,15 +260,9 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedConte
     if (!query.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", query.status().message()));
     }
-    QueryWithCandidates item{*std::move(query), {}};
-    for (const auto& label : options_.labels) {
-      auto answer = answer_template_.Render(label, {{"label", label}});
-      if (!answer.ok()) return answer.status();
-      auto continuation = ContinuationTokens(text, *answer);
-      if (!continuation.ok()) return continuation.status();
-      item.candidates.push_back(*std::move(continuation));
-    }
-    items.push_back(std::move(item));
+    auto labels = LabelContinuations(text);
+    if (!labels.ok()) return labels.status();
+    items.push_back({*std::move(query), *std::move(labels)});
   }
   auto scores = Score(context, items, overrides);
   if (!scores.ok()) return scores.status();

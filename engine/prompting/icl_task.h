@@ -125,6 +125,9 @@ class IclTask {
   // first use).
   absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> Resolve(
       const EncodedContext* context, const QueryOverrides& overrides);
+  // Every label rendered through the answer template, as continuation tokens after query_text.
+  absl::StatusOr<std::vector<std::vector<int32_t>>> LabelContinuations(
+      const std::string& query_text) const;
   absl::StatusOr<std::vector<std::vector<CandidateScore>>> Score(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
       const QueryOverrides& overrides);

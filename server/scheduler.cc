@@ -1,0 +1,203 @@
+#include "server/scheduler.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot::server {
+namespace {
+
+bool SameOverrides(const QueryOverrides& a, const QueryOverrides& b) {
+  return a.mode == b.mode && a.rescale_factor == b.rescale_factor;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(TaskRegistry& registry, const ServerConfig& config, SchedulerHooks hooks)
+    : registry_(registry), config_(config), hooks_(std::move(hooks)) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    draining_ = true;
+    stop_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+void Scheduler::Drain() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  draining_ = true;
+}
+
+size_t Scheduler::queued_inputs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queued_inputs_;
+}
+
+absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Classify(const std::string& tenant,
+                                                                const std::string& task_id,
+                                                                std::vector<Example> inputs,
+                                                                const QueryOverrides& overrides,
+                                                                grpc::ServerContext* context) {
+  auto request = std::make_shared<Request>();
+  request->tenant = tenant;
+  request->task_id = task_id;
+  request->weight = inputs.size();
+  request->inputs = std::move(inputs);
+  request->overrides = overrides;
+  return Submit(std::move(request), context);
+}
+
+absl::Status Scheduler::Run(const std::string& tenant, const std::string& task_id, size_t weight,
+                            Job job, grpc::ServerContext* context) {
+  auto request = std::make_shared<Request>();
+  request->tenant = tenant;
+  request->task_id = task_id;
+  request->weight = std::max<size_t>(1, weight);
+  request->job = std::move(job);
+  return Submit(std::move(request), context).status();
+}
+
+absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Submit(std::shared_ptr<Request> request,
+                                                              grpc::ServerContext* context) {
+  request->key = request->tenant + '\n' + request->task_id;
+  request->enqueued = std::chrono::steady_clock::now();
+  auto future = request->done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (draining_) return absl::UnavailableError("the server is shutting down");
+    if (queued_inputs_ + request->weight > static_cast<size_t>(config_.max_queue_inputs)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request queue is full (", queued_inputs_, " inputs waiting, --max_queue_inputs ",
+          config_.max_queue_inputs, "); retry with backoff"));
+    }
+    auto& queue = pending_[request->key];
+    if (queue.empty()) round_robin_.push_back(request->key);
+    queue.push_back(request);
+    queued_inputs_ += request->weight;
+    if (hooks_.on_depth) hooks_.on_depth(queued_inputs_);
+  }
+  wake_.notify_one();
+  // Wait, watching for cancellation and the deadline: a request abandoned while queued is skipped
+  // by the worker, so it costs no compute.
+  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    if (context != nullptr && context->IsCancelled()) {
+      request->abandoned->store(true);
+      return absl::CancelledError("the call was cancelled or its deadline passed");
+    }
+  }
+  return future.get();
+}
+
+void Scheduler::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || !round_robin_.empty(); });
+    if (round_robin_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    const std::string key = round_robin_.front();
+    round_robin_.pop_front();
+    auto& queue = pending_[key];
+    // A classification batch may wait a moment for more requests of the same task.
+    if (!queue.front()->job) {
+      auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.batch_window_ms);
+      auto batch_inputs = [&] {
+        size_t n = 0;
+        for (const auto& r : queue) {
+          if (r->job || !SameOverrides(r->overrides, queue.front()->overrides)) break;
+          n += r->inputs.size();
+        }
+        return n;
+      };
+      while (!stop_ && batch_inputs() < static_cast<size_t>(config_.max_batch_size) &&
+             wake_.wait_until(lock, deadline) != std::cv_status::timeout) {
+      }
+    }
+    std::vector<std::shared_ptr<Request>> batch;
+    size_t inputs = 0;
+    while (!queue.empty()) {
+      auto& r = queue.front();
+      if (!batch.empty()) {
+        if (batch.front()->job || r->job ||
+            !SameOverrides(r->overrides, batch.front()->overrides) ||
+            inputs + r->inputs.size() > static_cast<size_t>(config_.max_batch_size)) {
+          break;
+        }
+      }
+      inputs += r->inputs.size();
+      queued_inputs_ -= r->weight;
+      batch.push_back(r);
+      queue.pop_front();
+    }
+    if (!queue.empty()) {
+      round_robin_.push_back(key);  // the rest waits its next turn
+    } else {
+      pending_.erase(key);
+    }
+    if (hooks_.on_depth) hooks_.on_depth(queued_inputs_);
+    lock.unlock();
+    RunBatch(std::move(batch));
+    lock.lock();
+  }
+}
+
+void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
+  // Drop requests abandoned while they waited.
+  std::vector<std::shared_ptr<Request>> live;
+  for (auto& r : batch) {
+    if (hooks_.on_wait) {
+      hooks_.on_wait(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - r->enqueued).count());
+    }
+    if (r->abandoned->load()) {
+      r->done.set_value(absl::CancelledError("cancelled while queued"));
+    } else {
+      live.push_back(r);
+    }
+  }
+  if (live.empty()) return;
+  auto handle = registry_.Acquire(live.front()->tenant, live.front()->task_id);
+  if (!handle.ok()) {
+    for (auto& r : live) r->done.set_value(handle.status());
+    return;
+  }
+  if (live.front()->job) {
+    absl::Status status = live.front()->job(*handle);
+    if (status.ok()) {
+      live.front()->done.set_value(std::vector<ClassifyResult>{});
+    } else {
+      live.front()->done.set_value(status);
+    }
+    return;
+  }
+  std::vector<Example> inputs;
+  for (const auto& r : live) inputs.insert(inputs.end(), r->inputs.begin(), r->inputs.end());
+  if (hooks_.on_batch) hooks_.on_batch(inputs.size());
+  auto results = handle->task->Classify(handle->get(), inputs, live.front()->overrides);
+  if (!results.ok()) {
+    // One bad input fails the whole engine call: retry each request alone so only it fails.
+    if (live.size() > 1) {
+      for (auto& r : live) {
+        auto alone = handle->task->Classify(handle->get(), r->inputs, r->overrides);
+        r->done.set_value(std::move(alone));
+      }
+    } else {
+      live.front()->done.set_value(results.status());
+    }
+    return;
+  }
+  size_t offset = 0;
+  for (auto& r : live) {
+    std::vector<ClassifyResult> mine(results->begin() + offset,
+                                     results->begin() + offset + r->inputs.size());
+    offset += r->inputs.size();
+    r->done.set_value(std::move(mine));
+  }
+}
+
+}  // namespace manyshot::server

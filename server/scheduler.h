@@ -1,0 +1,79 @@
+// The engine's one queue. Requests for the same task are batched (up to --max_batch_size inputs,
+// waiting at most --batch_window_ms for more) so a batch shares one read of the task's context;
+// tasks with waiting work are served round-robin, so one busy task cannot starve the others. The
+// queue is bounded (RESOURCE_EXHAUSTED when full); a request cancelled or past its deadline while
+// queued is dropped without computing. One worker runs batches: each already uses every core.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server_context.h"
+#include "server/task_registry.h"
+
+namespace manyshot::server {
+
+struct SchedulerHooks {
+  std::function<void(size_t inputs)> on_batch;  // a batch ran with this many inputs
+  std::function<void(double seconds)> on_wait;  // a request waited this long in the queue
+  std::function<void(size_t depth)> on_depth;   // queued inputs now
+};
+
+class Scheduler {
+ public:
+  Scheduler(TaskRegistry& registry, const ServerConfig& config, SchedulerHooks hooks);
+  ~Scheduler();
+
+  // Classifies `inputs` (batched with other requests for the same task and overrides).
+  absl::StatusOr<std::vector<ClassifyResult>> Classify(const std::string& tenant,
+                                                       const std::string& task_id,
+                                                       std::vector<Example> inputs,
+                                                       const QueryOverrides& overrides,
+                                                       grpc::ServerContext* context);
+  // Runs `job` on the task alone (multi-choice scoring, generation), in queue order.
+  using Job = std::function<absl::Status(TaskRegistry::Handle&)>;
+  absl::Status Run(const std::string& tenant, const std::string& task_id, size_t weight, Job job,
+                   grpc::ServerContext* context);
+
+  // Stops accepting work; queued work still runs. Idempotent.
+  void Drain();
+  size_t queued_inputs() const;
+
+ private:
+  struct Request {
+    std::string key;  // tenant + task
+    std::string tenant, task_id;
+    std::vector<Example> inputs;  // classification
+    QueryOverrides overrides;
+    Job job;  // set for non-classification work
+    size_t weight = 0;
+    std::chrono::steady_clock::time_point enqueued;
+    std::shared_ptr<std::atomic<bool>> abandoned = std::make_shared<std::atomic<bool>>(false);
+    std::promise<absl::StatusOr<std::vector<ClassifyResult>>> done;
+  };
+  absl::StatusOr<std::vector<ClassifyResult>> Submit(std::shared_ptr<Request> request,
+                                                     grpc::ServerContext* context);
+  void WorkerLoop();
+  void RunBatch(std::vector<std::shared_ptr<Request>> batch);
+
+  TaskRegistry& registry_;
+  const ServerConfig& config_;
+  SchedulerHooks hooks_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::map<std::string, std::deque<std::shared_ptr<Request>>> pending_;  // by task key
+  std::deque<std::string> round_robin_;  // task keys with pending work, in service order
+  size_t queued_inputs_ = 0;
+  bool draining_ = false;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace manyshot::server

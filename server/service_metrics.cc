@@ -1,0 +1,123 @@
+#include "server/service_metrics.h"
+
+#include "prometheus/client_metric.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+
+namespace manyshot::server {
+namespace {
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+
+class CacheCollector : public prometheus::Collectable {
+ public:
+  explicit CacheCollector(const ContextCache& cache) : cache_(cache) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const CacheStats s = cache_.Stats();
+    std::vector<prometheus::MetricFamily> out;
+    auto add = [&](const std::string& name, const std::string& help, prometheus::MetricType type,
+                   std::vector<std::pair<std::string, double>> by_tier) {
+      prometheus::MetricFamily family{name, help, type, {}};
+      for (const auto& [tier, value] : by_tier) {
+        prometheus::ClientMetric m;
+        if (!tier.empty()) m.label.push_back({"tier", tier});
+        if (type == prometheus::MetricType::Counter) {
+          m.counter.value = value;
+        } else {
+          m.gauge.value = value;
+        }
+        family.metric.push_back(m);
+      }
+      out.push_back(std::move(family));
+    };
+    using T = prometheus::MetricType;
+    add("manyshot_cache_bytes", "Bytes of key/value state held, per tier.", T::Gauge,
+        {{"memory", s.memory_bytes}, {"disk", s.disk_bytes}});
+    add("manyshot_cache_budget_bytes", "Byte budget per tier (0: unlimited).", T::Gauge,
+        {{"memory", s.memory_budget_bytes}, {"disk", s.disk_budget_bytes}});
+    add("manyshot_cache_entries", "Cache entries per tier.", T::Gauge,
+        {{"memory", s.memory_entries}, {"disk", s.disk_entries}});
+    add("manyshot_cache_hits_total", "Lookups served by the tier.", T::Counter,
+        {{"memory", s.memory_hits}, {"disk", s.disk_hits}});
+    add("manyshot_cache_misses_total", "Lookups the tier could not serve.", T::Counter,
+        {{"memory", s.memory_misses}, {"disk", s.disk_misses}});
+    add("manyshot_cache_evictions_total", "Entries evicted to stay within the budget.", T::Counter,
+        {{"memory", s.memory_evictions}, {"disk", s.disk_evictions}});
+    add("manyshot_cache_corruptions_total",
+        "Blobs that failed a checksum or shape check (deleted, never served).", T::Counter,
+        {{"", s.corruptions_detected}});
+    add("manyshot_cache_encodes_total", "Contexts encoded from demonstrations.", T::Counter,
+        {{"", s.encodes}});
+    add("manyshot_cache_reencodes_total",
+        "Encodes of a context that had been stored (evicted or corrupt).", T::Counter,
+        {{"", s.re_encodes}});
+    add("manyshot_cache_encode_seconds_total", "Time spent encoding contexts.", T::Counter,
+        {{"", s.encode_seconds}});
+    add("manyshot_cache_restore_seconds_total", "Time spent loading contexts from RocksDB.",
+        T::Counter, {{"", s.load_seconds}});
+    add("manyshot_cache_restores_total", "Contexts loaded from RocksDB.", T::Counter,
+        {{"", s.loads}});
+    add("manyshot_tasks", "Tasks registered.", T::Gauge, {{"", s.tasks}});
+    return out;
+  }
+
+ private:
+  const ContextCache& cache_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache) {
+  return std::make_shared<CacheCollector>(cache);
+}
+
+ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCache& cache)
+    : requests_(prometheus::BuildCounter()
+                    .Name("manyshot_requests_total")
+                    .Help("Finished RPCs by method and status code.")
+                    .Register(registry)),
+      latency_(prometheus::BuildHistogram()
+                   .Name("manyshot_request_duration_seconds")
+                   .Help("RPC latency by method.")
+                   .Register(registry)),
+      batch_size_(
+          prometheus::BuildHistogram()
+              .Name("manyshot_batch_inputs")
+              .Help("Inputs per engine batch.")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256})),
+      queue_wait_(prometheus::BuildHistogram()
+                      .Name("manyshot_queue_wait_seconds")
+                      .Help("Time requests waited in the scheduler queue.")
+                      .Register(registry)
+                      .Add({}, LatencyBuckets())),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("manyshot_queue_inputs")
+                       .Help("Inputs waiting in the scheduler queue.")
+                       .Register(registry)
+                       .Add({})),
+      inputs_classified_(prometheus::BuildCounter()
+                             .Name("manyshot_inputs_classified_total")
+                             .Help("Inputs classified.")
+                             .Register(registry)
+                             .Add({})),
+      tokens_encoded_(prometheus::BuildCounter()
+                          .Name("manyshot_demonstration_tokens_encoded_total")
+                          .Help("Context tokens encoded for new tasks.")
+                          .Register(registry)
+                          .Add({})),
+      tokens_generated_(prometheus::BuildCounter()
+                            .Name("manyshot_tokens_generated_total")
+                            .Help("Tokens produced by Generate.")
+                            .Register(registry)
+                            .Add({})),
+      cache_collector_(MakeCacheCollector(cache)) {}
+
+void ServiceMetrics::Request(const std::string& method, const std::string& code, double seconds) {
+  requests_.Add({{"method", method}, {"code", code}}).Increment();
+  latency_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
+}
+
+}  // namespace manyshot::server

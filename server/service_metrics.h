@@ -1,0 +1,46 @@
+// The service's Prometheus metrics (manyshot_*, base units, counters for totals, histograms for
+// latency, batch size and queue wait) and a collector that reads the cache's figures at scrape.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cache/context_cache.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace manyshot::server {
+
+class ServiceMetrics {
+ public:
+  ServiceMetrics(prometheus::Registry& registry, const ContextCache& cache);
+
+  // One finished RPC: counted by method and status code, timed by method.
+  void Request(const std::string& method, const std::string& code, double seconds);
+  void Batch(size_t inputs) { batch_size_.Observe(static_cast<double>(inputs)); }
+  void QueueWait(double seconds) { queue_wait_.Observe(seconds); }
+  void QueueDepth(size_t inputs) { queue_depth_.Set(static_cast<double>(inputs)); }
+  void InputsClassified(size_t n) { inputs_classified_.Increment(static_cast<double>(n)); }
+  void TokensEncoded(uint64_t n) { tokens_encoded_.Increment(static_cast<double>(n)); }
+  void TokensGenerated(uint64_t n) { tokens_generated_.Increment(static_cast<double>(n)); }
+  // Scrape-time cache figures; register with the /metrics endpoint.
+  std::shared_ptr<prometheus::Collectable> cache_collector() const { return cache_collector_; }
+
+ private:
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Histogram& queue_wait_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Counter& inputs_classified_;
+  prometheus::Counter& tokens_encoded_;
+  prometheus::Counter& tokens_generated_;
+  std::shared_ptr<prometheus::Collectable> cache_collector_;
+};
+
+// Exposes ContextCache::Stats() as manyshot_cache_* metrics, read at scrape time.
+std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache);
+
+}  // namespace manyshot::server

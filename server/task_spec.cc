@@ -1,0 +1,215 @@
+#include "server/task_spec.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+
+namespace manyshot::server {
+namespace {
+
+absl::Status CheckText(const std::string& text, const ServerConfig& config,
+                       const std::string& what) {
+  if (text.size() > config.max_input_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", text.size(),
+                                                   " bytes, more than --max_input_bytes ",
+                                                   config.max_input_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PromptMode> ToMode(v1::Mode mode, const std::string& what) {
+  switch (mode) {
+    case v1::MODE_UNSPECIFIED:
+    case v1::MODE_STRUCTURED:
+      return PromptMode::kStructured;
+    case v1::MODE_CONVENTIONAL:
+      return PromptMode::kConventional;
+    case v1::MODE_PARALLEL:
+      return PromptMode::kParallel;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", static_cast<int>(mode), " is not a known mode"));
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateTaskId(const std::string& task_id) {
+  if (task_id.empty() || task_id.size() > 128) {
+    return absl::InvalidArgumentError("task_id must be 1 to 128 characters");
+  }
+  for (char c : task_id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task_id \"", task_id, "\" may only contain letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config) {
+  TaskOptions o;
+  if (spec.input_template().empty()) {
+    return absl::InvalidArgumentError(
+        "spec.input_template is required, e.g. \"Sentence: {text}\\nLabel:\"");
+  }
+  if (auto s = CheckText(spec.input_template(), config, "spec.input_template"); !s.ok()) return s;
+  o.input_template = spec.input_template();
+  if (spec.has_answer_template()) o.answer_template = spec.answer_template();
+  if (spec.has_separator()) o.separator = spec.separator();
+  if (static_cast<uint32_t>(spec.labels_size()) > config.max_labels) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.labels has ", spec.labels_size(),
+                                                   " labels, more than --max_labels ",
+                                                   config.max_labels));
+  }
+  for (int i = 0; i < spec.labels_size(); ++i) {
+    if (spec.labels(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.labels[", i, "] is empty"));
+    }
+    o.labels.push_back(spec.labels(i));
+  }
+  o.shuffle_seed = spec.shuffle_seed();
+  o.group_length = spec.group_length();
+  switch (spec.alignment()) {
+    case v1::ALIGNMENT_UNSPECIFIED:
+    case v1::ALIGNMENT_TRUNCATE:
+      o.alignment = Alignment::kTruncate;
+      break;
+    case v1::ALIGNMENT_ATTENTION_MASK:
+      o.alignment = Alignment::kAttentionMask;
+      break;
+    case v1::ALIGNMENT_PAD_SPACE:
+      o.alignment = Alignment::kPadSpace;
+      break;
+    default:
+      return absl::InvalidArgumentError("spec.alignment is not a known alignment");
+  }
+  auto mode = ToMode(spec.mode(), "spec.mode");
+  if (!mode.ok()) return mode.status();
+  o.mode = *mode;
+  if (!std::isfinite(spec.rescale_factor()) || spec.rescale_factor() < 0) {
+    return absl::InvalidArgumentError(
+        "spec.rescale_factor must be 0 (the number of groups) or "
+        "a positive number");
+  }
+  o.rescale_factor = spec.rescale_factor();
+  switch (spec.long_demonstrations()) {
+    case v1::LONG_DEMONSTRATION_POLICY_UNSPECIFIED:
+    case v1::LONG_DEMONSTRATION_POLICY_REJECT:
+      o.long_demonstrations = LongDemonstrationPolicy::kReject;
+      break;
+    case v1::LONG_DEMONSTRATION_POLICY_TRUNCATE:
+      o.long_demonstrations = LongDemonstrationPolicy::kTruncate;
+      break;
+    default:
+      return absl::InvalidArgumentError("spec.long_demonstrations is not a known policy");
+  }
+  o.calibrate = spec.calibrate();
+  if (spec.has_calibration_text()) o.calibration_text = spec.calibration_text();
+  o.max_query_tokens =
+      spec.max_query_tokens() ? spec.max_query_tokens() : config.default_max_query_tokens;
+  o.max_answer_tokens =
+      spec.max_answer_tokens() ? spec.max_answer_tokens() : config.default_max_answer_tokens;
+  return o;
+}
+
+absl::StatusOr<std::vector<Example>> ToDemonstrations(
+    const google::protobuf::RepeatedPtrField<v1::Demonstration>& demonstrations,
+    const v1::TaskSpec& spec, const ServerConfig& config) {
+  if (demonstrations.empty()) {
+    return absl::InvalidArgumentError("a task needs at least one demonstration");
+  }
+  if (static_cast<uint64_t>(demonstrations.size()) > config.max_demonstrations) {
+    return absl::InvalidArgumentError(absl::StrCat("the task has ", demonstrations.size(),
+                                                   " demonstrations, more than "
+                                                   "--max_demonstrations ",
+                                                   config.max_demonstrations));
+  }
+  std::vector<Example> out;
+  out.reserve(demonstrations.size());
+  for (int i = 0; i < demonstrations.size(); ++i) {
+    const v1::Demonstration& d = demonstrations[i];
+    const std::string what = absl::StrCat("demonstrations[", i, "]");
+    Example e;
+    e.text = d.text();
+    if (auto s = CheckText(e.text, config, what + ".text"); !s.ok()) return s;
+    for (const auto& [k, v] : d.fields()) {
+      if (auto s = CheckText(v, config, what + ".fields[" + k + "]"); !s.ok()) return s;
+      e.fields[k] = v;
+    }
+    switch (d.answer_case()) {
+      case v1::Demonstration::kLabel:
+        e.label = d.label();
+        break;
+      case v1::Demonstration::kLabelIndex:
+        if (d.label_index() >= static_cast<uint32_t>(spec.labels_size())) {
+          return absl::InvalidArgumentError(absl::StrCat(what, ".label_index ", d.label_index(),
+                                                         " is not below the number of labels (",
+                                                         spec.labels_size(), ")"));
+        }
+        e.label = spec.labels(static_cast<int>(d.label_index()));
+        break;
+      default:
+        return absl::InvalidArgumentError(what + " has neither label nor label_index");
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<Example> ToExample(const v1::Input& input, const ServerConfig& config,
+                                  const std::string& what) {
+  Example e;
+  e.text = input.text();
+  if (auto s = CheckText(e.text, config, what + ".text"); !s.ok()) return s;
+  for (const auto& [k, v] : input.fields()) {
+    if (auto s = CheckText(v, config, what + ".fields[" + k + "]"); !s.ok()) return s;
+    e.fields[k] = v;
+  }
+  return e;
+}
+
+absl::StatusOr<QueryOverrides> ToOverrides(const v1::QueryOptions& options) {
+  QueryOverrides o;
+  if (options.mode() != v1::MODE_UNSPECIFIED) {
+    auto mode = ToMode(options.mode(), "options.mode");
+    if (!mode.ok()) return mode.status();
+    o.mode = *mode;
+  }
+  if (options.has_rescale_factor()) {
+    if (!(options.rescale_factor() > 0) || !std::isfinite(options.rescale_factor())) {
+      return absl::InvalidArgumentError("options.rescale_factor must be a positive number");
+    }
+    o.rescale_factor = options.rescale_factor();
+  }
+  return o;
+}
+
+std::string ContentHash(const v1::TaskSpec& spec,
+                        const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    spec.ByteSizeLong();  // computes the cached sizes the serializer uses
+    spec.SerializeWithCachedSizes(&out);
+    for (const auto& d : demos) {
+      // Length-prefixed so that demonstration boundaries are part of the content.
+      out.WriteVarint64(d.ByteSizeLong());
+      d.SerializeWithCachedSizes(&out);
+    }
+  }
+  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return hex;
+}
+
+}  // namespace manyshot::server

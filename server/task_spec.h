@@ -1,0 +1,34 @@
+// Turning API messages into engine values, validating every field on the way: task ids, task
+// specs, demonstrations and inputs. Errors are INVALID_ARGUMENT naming the field and the limit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/prompting/icl_task.h"
+#include "manyshot/v1/manyshot.pb.h"
+#include "server/server_config.h"
+
+namespace manyshot::server {
+
+// 1-128 characters from [A-Za-z0-9._-].
+absl::Status ValidateTaskId(const std::string& task_id);
+
+absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config);
+
+absl::StatusOr<std::vector<Example>> ToDemonstrations(
+    const google::protobuf::RepeatedPtrField<v1::Demonstration>& demonstrations,
+    const v1::TaskSpec& spec, const ServerConfig& config);
+
+// One input; `what` names it in errors ("inputs[3]").
+absl::StatusOr<Example> ToExample(const v1::Input& input, const ServerConfig& config,
+                                  const std::string& what);
+
+absl::StatusOr<QueryOverrides> ToOverrides(const v1::QueryOptions& options);
+
+// Hex digest of spec + demonstrations (deterministic serialization): equal content, equal hash.
+std::string ContentHash(const v1::TaskSpec& spec,
+                        const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos);
+
+}  // namespace manyshot::server
