@@ -3,6 +3,7 @@
 //                                      task, print the scores (%a, exact) and the cache counters.
 //   cache_test_helper write DB SEED    print "ready", then write synthetic tasks forever (until
 //                                      the crash test SIGKILLs it).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -80,6 +81,29 @@ int Write(const std::string& db, uint64_t seed) {
   }
 }
 
+// Stores a synthetic context of about `mb` MB (unless mb is 0: restore an earlier run's), reopens
+// the DB and times the restore (for profiling).
+int RestoreTiming(const std::string& db, int64_t mb) {
+  ContextCacheOptions options;
+  const int64_t tokens = mb * (1 << 20) / (2 * 12 * 768 * 4);
+  if (mb > 0) {  // 0: restore what an earlier run stored
+    auto cache = ContextCache::Open(db, options, TestBackend());
+    if (!cache.ok()) return Fail(cache.status().ToString());
+    TaskRecord record{"t", "", "", "", "k", 0};
+    auto ctx = SyntheticContext(TestBackend(), 1, 12, tokens, 12, 64);
+    if (absl::Status s = (*cache)->PutTask(record, ctx); !s.ok()) return Fail(s.ToString());
+  }
+  auto cache = ContextCache::Open(db, options, TestBackend());
+  if (!cache.ok()) return Fail(cache.status().ToString());
+  const auto start = std::chrono::steady_clock::now();
+  auto pinned = (*cache)->Acquire("k", nullptr);
+  if (!pinned.ok()) return Fail(pinned.status().ToString());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("restored %.0f MB in %.3f s: %.3f GB/s\n", (*cache)->Stats().load_bytes / 1e6, s,
+              (*cache)->Stats().load_bytes / s / 1e9);
+  return 0;
+}
+
 }  // namespace
 }  // namespace manyshot::testing
 
@@ -91,6 +115,9 @@ int main(int argc, char** argv) {
   }
   if (argc == 4 && std::strcmp(argv[1], "write") == 0) {
     return mt::Write(argv[2], std::strtoull(argv[3], nullptr, 10));
+  }
+  if (argc == 4 && std::strcmp(argv[1], "restore-timing") == 0) {
+    return mt::RestoreTiming(argv[2], std::strtoll(argv[3], nullptr, 10));
   }
   std::fprintf(stderr, "usage: cache_test_helper score DB f32|bf16 | write DB SEED\n");
   return 2;
