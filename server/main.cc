@@ -34,6 +34,15 @@ ABSL_FLAG(int, shutdown_grace_seconds, 10,
           "On SIGTERM/SIGINT, in-flight calls get this long to finish before being cancelled");
 ABSL_FLAG(uint64_t, max_message_bytes, 64ull << 20,
           "Largest gRPC message accepted or sent, in bytes (big task uploads stream in chunks)");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM server certificate (chain); with --tls_key_file serves TLS instead of plaintext");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key for --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle; when set (with TLS) clients must present a certificate signed by it "
+          "(mutual TLS)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of 'TOKEN TENANT' lines ('#' comments); when set every call except health needs "
+          "'authorization: Bearer TOKEN' metadata and acts for TENANT");
 
 ABSL_FLAG(uint64_t, memory_budget_bytes, 8ull << 30,
           "Byte budget of the KV cache's memory tier (LRU eviction of unpinned entries)");
@@ -74,6 +83,10 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.port_file = absl::GetFlag(FLAGS_port_file);
   config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  config.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  config.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   config.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);

@@ -1,16 +1,86 @@
 #include "server/server_app.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/auth.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
+namespace {
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  if (in) contents << in.rdbuf();
+  if (!in || contents.str().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read --", flag, "=", path, " (missing, unreadable or empty)"));
+  }
+  return contents.str();
+}
+
+// Insecure or TLS (mTLS with a client CA) credentials, with the bearer-token processor when a
+// tokens file is configured.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerConfig& config) {
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file must be given together");
+  }
+  if (!config.tls_cert_file.empty()) {
+    auto cert = ReadPemFile("tls_cert_file", config.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPemFile("tls_key_file", config.tls_key_file);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    if (!config.tls_client_ca_file.empty()) {
+      auto ca = ReadPemFile("tls_client_ca_file", config.tls_client_ca_file);
+      if (!ca.ok()) return ca.status();
+      options.pem_root_certs = *ca;
+      options.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    options.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(options);
+  } else if (!config.tls_client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca_file needs --tls_cert_file and --tls_key_file");
+  } else if (!config.auth_tokens_file.empty()) {
+    // gRPC's insecure credentials cannot carry an AuthMetadataProcessor (it asserts); local
+    // credentials are plaintext like them but can, and accept loopback peers only: bearer tokens
+    // without TLS stay on this host.
+    creds = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  if (creds == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create TLS credentials from --tls_cert_file=", config.tls_cert_file));
+  }
+  if (!config.auth_tokens_file.empty()) {
+    auto tokens = LoadTokensFile(config.auth_tokens_file);
+    if (!tokens.ok()) return tokens.status();
+    spdlog::info("bearer-token auth on: {} token(s) from {}", tokens->size(),
+                 config.auth_tokens_file);
+    creds->SetAuthMetadataProcessor(std::make_shared<BearerTokenAuthProcessor>(*std::move(tokens)));
+  }
+  return creds;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& config) {
   std::unique_ptr<ServerApp> app(new ServerApp());
   app->config_ = config;
+  // Security configuration first: a bad certificate or tokens file fails before any slow work.
+  auto creds = MakeServerCredentials(config);
+  if (!creds.ok()) return creds.status();
   auto data_dir = DataDir::Open(config.data_dir);
   if (!data_dir.ok()) return data_dir.status();
   app->data_dir_ = *std::move(data_dir);
@@ -75,8 +145,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(),
-                           &app->grpc_port_);
+  builder.AddListeningPort(config.listen_address, *creds, &app->grpc_port_);
   builder.RegisterService(app->service_.get());
   app->server_ = builder.BuildAndStart();
   if (app->server_ == nullptr || app->grpc_port_ == 0) {
@@ -87,9 +156,12 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   auto* health = app->server_->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus("manyshot.v1.ManyShot", true);
-  spdlog::info("manyshot-server listening grpc={} port={} metrics_port={} data_dir={}",
-               config.listen_address, app->grpc_port_, app->metrics_port(),
-               app->data_dir_->path().string());
+  spdlog::info(
+      "manyshot-server listening grpc={} port={} metrics_port={} data_dir={} tls={} mtls={} "
+      "auth={}",
+      config.listen_address, app->grpc_port_, app->metrics_port(), app->data_dir_->path().string(),
+      !config.tls_cert_file.empty(), !config.tls_client_ca_file.empty(),
+      !config.auth_tokens_file.empty());
   return app;
 }
 

@@ -21,6 +21,12 @@ struct ServerConfig {
   int shutdown_grace_seconds = 10;  // in-flight calls get this long after SIGTERM
   uint64_t max_message_bytes = 64ull << 20;
 
+  // Security (README "Security"); all off by default (plaintext, no auth, for loopback use).
+  std::string tls_cert_file;       // PEM server certificate chain; with tls_key_file enables TLS
+  std::string tls_key_file;        // PEM private key of tls_cert_file
+  std::string tls_client_ca_file;  // PEM CA bundle; when set clients must present a cert it signed
+  std::string auth_tokens_file;    // "TOKEN TENANT" lines; when set every call needs a bearer token
+
   // The KV cache (cache/README.md).
   uint64_t memory_budget_bytes = 8ull << 30;
   uint64_t disk_budget_bytes = 0;  // 0 = unlimited
