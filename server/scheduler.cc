@@ -85,7 +85,10 @@ absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Submit(std::shared_ptr<Re
   while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
     if (context != nullptr && context->IsCancelled()) {
       request->abandoned->store(true);
-      return absl::CancelledError("the call was cancelled or its deadline passed");
+      if (std::chrono::system_clock::now() >= context->deadline()) {
+        return absl::DeadlineExceededError("the deadline passed while the request was queued");
+      }
+      return absl::CancelledError("the call was cancelled while queued");
     }
   }
   return future.get();
