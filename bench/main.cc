@@ -12,11 +12,13 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
-    "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick]\n"
+    "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick] [--server_binary=PATH] "
+    "[--requests=N] [--batch=N]\n"
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
     "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read\n"
+    "  service     gRPC Classify from 32 clients via manyshot-server vs the in-process engine\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -52,6 +54,12 @@ int main(int argc, char** argv) {
       options.data_dir = value;
     } else if (Flag(argv[i], "--tokenizer_dir", &value)) {
       options.tokenizer_dir = value;
+    } else if (Flag(argv[i], "--server_binary", &value)) {
+      options.server_binary = value;
+    } else if (Flag(argv[i], "--requests", &value)) {
+      options.requests = std::stoi(value);
+    } else if (Flag(argv[i], "--batch", &value)) {
+      options.batch = std::stoi(value);
     } else if (Flag(argv[i], "--work_dir", &value)) {
       options.work_dir = value;
     } else {
@@ -64,6 +72,7 @@ int main(int argc, char** argv) {
   if (sub == "prefill") return manyshot::bench::RunPrefillBench(options);
   if (sub == "structured") return manyshot::bench::RunStructuredBench(options);
   if (sub == "cache") return manyshot::bench::RunCacheBench(options);
+  if (sub == "service") return manyshot::bench::RunServiceBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

@@ -10,15 +10,21 @@ struct BenchOptions {
   int threads = 2;
   int repeats = 3;
   int64_t tokens = 1024;
-  bool quick = false;  // structured: skip the 100..3000-shot scaling section
+  bool quick = false;              // structured: skip the 100..3000-shot scaling section
   std::filesystem::path work_dir;  // generated models are kept here between runs
   std::filesystem::path data_dir;  // SST-2 files; default ../shared/datasets/sst2_cbu
   std::filesystem::path tokenizer_dir = "/usr/local/share/manyshot/gpt2";
+  // service: the manyshot-server binary (default <dir of manyshot-bench>/../server/), Classify
+  // requests per client and inputs per request (0: both 1 and 4).
+  std::filesystem::path server_binary;
+  int requests = 20;
+  int batch = 0;
 };
 
 int RunPrefillBench(const BenchOptions& options);
 int RunStructuredBench(const BenchOptions& options);
 int RunCacheBench(const BenchOptions& options);
+int RunServiceBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);
