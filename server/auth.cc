@@ -1,5 +1,8 @@
 #include "server/auth.h"
 
+#include <memory>
+#include <mutex>
+
 #include <fstream>
 #include <string_view>
 #include <vector>
@@ -96,9 +99,49 @@ grpc::Status BearerTokenAuthProcessor::Process(const InputMetadata& auth_metadat
   if (token == tokens_.end()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown bearer token");
   }
-  context->AddProperty(kTenantProperty, token->second);
-  consumed_auth_metadata->insert({"authorization", std::string(value)});
+  // Not marked consumed, and no auth-context property: properties land on the connection's auth
+  // context, which calls of different tenants can share, so handlers resolve the tenant from the
+  // call's own token (TenantForAuthorization).
+  (void)context;
+  (void)consumed_auth_metadata;
   return grpc::Status::OK;
+}
+
+namespace {
+std::mutex& ActiveMutex() {
+  static std::mutex m;
+  return m;
+}
+std::shared_ptr<const TokenTable>& ActiveTokens() {
+  static std::shared_ptr<const TokenTable> tokens;
+  return tokens;
+}
+}  // namespace
+
+BearerTokenAuthProcessor::BearerTokenAuthProcessor(TokenTable tokens) : tokens_(std::move(tokens)) {
+  std::lock_guard<std::mutex> lock(ActiveMutex());
+  ActiveTokens() = std::make_shared<const TokenTable>(tokens_);
+}
+
+bool AuthEnabled() {
+  std::lock_guard<std::mutex> lock(ActiveMutex());
+  return ActiveTokens() != nullptr;
+}
+
+std::optional<std::string> TenantForAuthorization(std::string_view authorization) {
+  std::shared_ptr<const TokenTable> tokens;
+  {
+    std::lock_guard<std::mutex> lock(ActiveMutex());
+    tokens = ActiveTokens();
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!tokens || authorization.size() <= kBearer.size() ||
+      authorization.substr(0, kBearer.size()) != kBearer) {
+    return std::nullopt;
+  }
+  auto it = tokens->find(Strip(authorization.substr(kBearer.size())));
+  if (it == tokens->end()) return std::nullopt;
+  return it->second;
 }
 
 }  // namespace manyshot::server

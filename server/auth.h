@@ -1,7 +1,9 @@
 // Bearer-token authentication: a tokens file maps tokens to tenants, and an AuthMetadataProcessor
 // (set on the server credentials, insecure or TLS) checks every call's `authorization` metadata and
-// records the caller's tenant as the kTenantProperty auth-context property (TenantOf reads it).
+// lets through only calls with a known token; TenantOf maps the call's own token to its tenant.
 #pragma once
+
+#include <optional>
 
 #include <map>
 #include <memory>
@@ -24,9 +26,16 @@ absl::StatusOr<TokenTable> LoadTokensFile(const std::string& path);
 // probes need no secret. Everything else (ManyShot and reflection) requires a token.
 bool IsUnauthenticatedMethod(std::string_view path);
 
+// The tenant of an `authorization: Bearer TOKEN` value under the active tokens table (set when a
+// BearerTokenAuthProcessor is created), or nullopt. Handlers use it when the auth-context property
+// is not visible on the call (gRPC 1.51 does not carry processor-added properties to every
+// credentials type); the processor has already rejected calls without a valid token.
+std::optional<std::string> TenantForAuthorization(std::string_view authorization);
+bool AuthEnabled();
+
 class BearerTokenAuthProcessor : public grpc::AuthMetadataProcessor {
  public:
-  explicit BearerTokenAuthProcessor(TokenTable tokens) : tokens_(std::move(tokens)) {}
+  explicit BearerTokenAuthProcessor(TokenTable tokens);
 
   // Cheap and non-blocking: a map lookup; runs on gRPC's thread.
   bool IsBlocking() const override { return false; }

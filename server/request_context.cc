@@ -1,5 +1,7 @@
 #include "server/request_context.h"
 
+#include "server/auth.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -7,14 +9,18 @@
 namespace manyshot::server {
 
 std::string TenantOf(const grpc::ServerContext* context) {
+  if (!AuthEnabled()) return "default";
+  // Always from this call's own (already validated) token: properties that the auth processor adds
+  // land on the connection's auth context, which calls of different tenants can share.
   if (context != nullptr) {
-    auto auth = context->auth_context();
-    if (auth) {
-      auto values = auth->FindPropertyValues(kTenantProperty);
-      if (!values.empty()) return std::string(values.front().data(), values.front().size());
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find("authorization");
+    if (it != metadata.end()) {
+      auto tenant = TenantForAuthorization(std::string_view(it->second.data(), it->second.size()));
+      if (tenant) return *tenant;
     }
   }
-  return "default";
+  return "";  // matches no tenant's tasks
 }
 
 std::string RequestId(grpc::ServerContext* context) {

@@ -7,13 +7,11 @@
 
 namespace manyshot::server {
 
-// The tenant set by authentication (an auth-context property), or "default" when the server runs
-// without auth.
+// The tenant of the call's bearer token when auth is on (server/auth.h), or "default" when the
+// server runs without auth.
 std::string TenantOf(const grpc::ServerContext* context);
 
 // The caller's x-request-id metadata when present, else a fresh id; stable for the call.
 std::string RequestId(grpc::ServerContext* context);
-
-inline constexpr char kTenantProperty[] = "manyshot-tenant";
 
 }  // namespace manyshot::server
