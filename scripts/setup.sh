@@ -22,7 +22,7 @@ PACKAGES=(
   python3-numpy python3-grpcio python3-protobuf
   # checksums for the KV blob format
   libxxhash-dev
-  curl ca-certificates
+  curl ca-certificates openssl
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
