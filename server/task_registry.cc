@@ -160,16 +160,20 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   return result;
 }
 
-absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
-  std::shared_ptr<Entry> entry;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(Key(tenant, task_id));
-    if (it == entries_.end()) {
-      return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
-    }
-    entry = it->second;
+absl::StatusOr<std::shared_ptr<TaskRegistry::Entry>> TaskRegistry::Find(
+    const std::string& tenant, const std::string& task_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(Key(tenant, task_id));
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
   }
+  return it->second;
+}
+
+absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
+  auto found = Find(tenant, task_id);
+  if (!found.ok()) return found.status();
+  std::shared_ptr<Entry> entry = *std::move(found);
   v1::Task task = entry->stored.task();
   FillTiers(task, entry->record.kv_key);
   return task;
@@ -232,15 +236,9 @@ absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::Prepared(Entry& entry) {
 
 absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(const std::string& tenant,
                                                            const std::string& task_id) {
-  std::shared_ptr<Entry> entry;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(Key(tenant, task_id));
-    if (it == entries_.end()) {
-      return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
-    }
-    entry = it->second;
-  }
+  auto found = Find(tenant, task_id);
+  if (!found.ok()) return found.status();
+  std::shared_ptr<Entry> entry = *std::move(found);
   auto task = Prepared(*entry);
   if (!task.ok()) return task.status();
   std::shared_ptr<IclTask> t = *task;

@@ -63,6 +63,9 @@ class TaskRegistry {
     return tenant + '\n' + task_id;
   }
   absl::StatusOr<std::shared_ptr<IclTask>> Prepared(Entry& entry);
+  // NOT_FOUND naming the task when `tenant` has no such task.
+  absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& tenant,
+                                              const std::string& task_id) const;
   void FillTiers(v1::Task& task, const std::string& kv_key);
 
   const LoadedModel& model_;
