@@ -379,6 +379,7 @@ grpc::Status ManyShotService::Generate(grpc::ServerContext* context,
     writer->Write(r);
   };
   if (!params.beam_search) params.on_token = emit;
+  params.cancelled = [context] { return context->IsCancelled(); };
   GenerationOutput output;
   auto status = scheduler_.Run(
       TenantOf(context), request->task_id(), 1,

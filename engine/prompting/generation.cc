@@ -25,9 +25,17 @@ std::optional<std::string> EndsWithStop(const GenerationParams& params,
   return std::nullopt;
 }
 
+absl::Status CheckCancelled(const GenerationParams& params) {
+  if (params.cancelled && params.cancelled()) {
+    return absl::CancelledError("generation cancelled by the caller");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GenerationOutput> Greedy(QueryState state, const GenerationParams& params) {
   GenerationOutput out;
   for (int step = 0; step < params.max_new_tokens; ++step) {
+    if (auto s = CheckCancelled(params); !s.ok()) return s;
     const auto& lp = state.next_logprobs();
     const int32_t token = static_cast<int32_t>(std::max_element(lp.begin(), lp.end()) - lp.begin());
     out.sum_logprob += lp[token];
@@ -63,6 +71,7 @@ absl::StatusOr<GenerationOutput> BeamSearch(QueryState start, const GenerationPa
   live.push_back({{}, 0.0, std::make_unique<QueryState>(std::move(start))});
   std::vector<GenerationOutput> finished;
   for (int step = 0; step < params.max_new_tokens && !live.empty(); ++step) {
+    if (auto s = CheckCancelled(params); !s.ok()) return s;
     // The 2k best (beam, token) pairs by sum; ties: lower beam index, then lower token id.
     struct Pair {
       double sum;

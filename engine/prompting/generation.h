@@ -26,6 +26,9 @@ struct GenerationParams {
   std::function<std::string(const std::vector<int32_t>&)> decode;
   // Greedy only: called with each token as it is chosen (and its log-prob).
   std::function<void(int32_t, double)> on_token;
+  // Checked before every decoding step: true stops the search with CANCELLED (the caller went
+  // away), so an abandoned generation stops consuming compute.
+  std::function<bool()> cancelled;
 };
 
 struct GenerationOutput {

@@ -264,3 +264,27 @@ TEST(IclTaskTest, BadTasksAndQueriesAreClearErrors) {
 
 }  // namespace
 }  // namespace manyshot::testing
+
+namespace manyshot::testing {
+namespace {
+
+TEST(IclTaskCancellationTest, CancelledGenerationStopsBetweenSteps) {
+  auto task =
+      IclTask::Prepare(GoldenModel("gpt2"), Gpt2Tokenizer(), Sst2Options(), Sst2Demonstrations());
+  ASSERT_TRUE(task.ok());
+  auto context = (*task)->EncodeContext();
+  ASSERT_TRUE(context.ok());
+  for (bool beam : {false, true}) {
+    int checks = 0;
+    GenerationParams params;
+    params.beam_search = beam;
+    params.max_new_tokens = 8;
+    params.cancelled = [&] { return ++checks > 2; };  // the caller goes away after two steps
+    auto out = (*task)->Generate(&*context, {"a delightful film", {}, ""}, params);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled) << (beam ? "beam" : "greedy");
+    EXPECT_EQ(checks, 3);
+  }
+}
+
+}  // namespace
+}  // namespace manyshot::testing
