@@ -29,30 +29,8 @@ std::vector<std::byte> HostBytes(const Tensor& t, int64_t rows, Backend& backend
 
 }  // namespace
 
-const Tokenizer& Gpt2Tokenizer() {
-  static std::unique_ptr<Tokenizer> tokenizer = [] {
-    auto t = LoadTokenizer(MANYSHOT_GPT2_TOKENIZER_DIR);
-    if (!t.ok()) {
-      std::fprintf(stderr, "GPT-2 tokenizer: %s\n", t.status().ToString().c_str());
-      std::abort();
-    }
-    return *std::move(t);
-  }();
-  return *tokenizer;
-}
-
 std::unique_ptr<IclTask> Sst2Task(uint64_t shuffle_seed) {
-  const char* sentences[][2] = {
-      {"a stirring , funny and finally transporting re-imagining", "positive"},
-      {"apparently reassembled from the cutting-room floor", "negative"},
-      {"they presume their audience wo n't sit still", "negative"},
-      {"the performances are an absolute joy", "positive"},
-      {"one long string of cliches .", "negative"},
-      {"a gorgeous , witty , seductive movie .", "positive"},
-      {"it 's a bad sign when you 're rooting for the film to end", "negative"},
-      {"an utterly charming and hilarious film", "positive"}};
-  std::vector<Example> demos;
-  for (const auto& s : sentences) demos.push_back({s[0], {}, s[1]});
+  std::vector<Example> demos = Sst2Demonstrations();
   TaskOptions o;
   o.input_template = "Sentence: {text}\nLabel:";
   o.labels = {"negative", "positive"};

@@ -3,6 +3,8 @@
 // and bitwise comparison of contexts.
 #pragma once
 
+#include "tests/engine/support/golden_models.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -14,7 +16,7 @@
 
 namespace manyshot::testing {
 
-const Tokenizer& Gpt2Tokenizer();
+// Gpt2Tokenizer() and Sst2Demonstrations() come from tests/engine/support/golden_models.h.
 
 // The 8-demonstration SST-2 task on GoldenModel("gpt2"), L = 48 (several groups).
 std::unique_ptr<IclTask> Sst2Task(uint64_t shuffle_seed = 0);

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/prompting/icl_task.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/transformer/transformer.h"
 #include "nlohmann/json.hpp"
 
@@ -23,6 +25,12 @@ CpuBackend& TestBackend();
 
 // The golden's model loaded on TestBackend() (once per process).
 const Transformer& GoldenModel(const std::string& name);
+
+// The real GPT-2 tokenizer (MANYSHOT_GPT2_TOKENIZER_DIR), loaded once; aborts if missing.
+const Tokenizer& Gpt2Tokenizer();
+
+// Eight SST-2 demonstrations (label words negative / positive) for small task tests.
+std::vector<Example> Sst2Demonstrations();
 
 inline const char* kGoldenModels[] = {"gpt2", "llama", "llama_gqa_tied", "mistral", "qwen2"};
 
