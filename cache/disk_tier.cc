@@ -423,7 +423,9 @@ absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backen
   }
   KvShape memory_shape = header->shape;
   memory_shape.dtype = memory_dtype;
-  EncodedContext ctx = AllocateContext(backend, memory_shape);
+  auto allocated = AllocateContext(backend, memory_shape);
+  if (!allocated.ok()) return allocated.status();
+  EncodedContext& ctx = *allocated;
   PayloadAssembler assembler(&ctx, header->shape.dtype, backend);
   ro.fill_cache = false;  // one pass over gigabytes: keep the block cache for metadata
   // Chunks carry our own end-to-end XXH3-64 (checked below, from serialization to use), so
@@ -450,8 +452,12 @@ absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backen
   if (assembler.consumed() != header->total_bytes) {
     return absl::DataLossError(absl::StrCat("KV blob ", key, " payload is short"));
   }
+  // The copies into device memory must be done (and their errors seen) before the context is
+  // published to other threads.
+  s = backend.Synchronize();
+  if (!s.ok()) return s;
   Touch(key);
-  return ctx;
+  return allocated;
 }
 
 void DiskTier::Touch(const std::string& key) {

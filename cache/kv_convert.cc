@@ -9,10 +9,6 @@
 namespace manyshot {
 namespace {
 
-// Conversions go through host staging of this many elements at a time, so converting a 2 GB
-// context never needs a second 2 GB of host memory.
-constexpr int64_t kStagingElements = int64_t{1} << 20;
-
 // The first `tokens` rows of t, flattened to elements.
 Tensor FlatRows(const Tensor& t, int64_t tokens) {
   return t.Rows(0, tokens).Reshape({tokens * t.numel() / t.dim(0)});
@@ -54,7 +50,7 @@ absl::StatusOr<KvShape> ShapeOf(const EncodedContext& ctx) {
   return s;
 }
 
-EncodedContext AllocateContext(Backend& backend, const KvShape& shape) {
+absl::StatusOr<EncodedContext> AllocateContext(Backend& backend, const KvShape& shape) {
   EncodedContext ctx;
   ctx.tokens = shape.tokens;
   ctx.groups = shape.groups;
@@ -62,8 +58,11 @@ EncodedContext AllocateContext(Backend& backend, const KvShape& shape) {
   ctx.kv.len = shape.tokens;
   const int64_t rows = std::max<int64_t>(shape.tokens, 1);
   for (int64_t l = 0; l < shape.layers; ++l) {
-    ctx.kv.k.push_back(backend.Allocate(shape.dtype, {rows, shape.kv_heads, shape.head_dim}));
-    ctx.kv.v.push_back(backend.Allocate(shape.dtype, {rows, shape.kv_heads, shape.head_dim}));
+    for (auto* list : {&ctx.kv.k, &ctx.kv.v}) {
+      auto t = backend.Allocate(shape.dtype, {rows, shape.kv_heads, shape.head_dim});
+      if (!t.ok()) return t.status();
+      list->push_back(*std::move(t));
+    }
   }
   return ctx;
 }
@@ -106,24 +105,18 @@ absl::StatusOr<EncodedContext> ConvertContext(const EncodedContext& ctx, DType d
   if (shape->dtype == dtype || shape->layers == 0) return ctx;
   KvShape out_shape = *shape;
   out_shape.dtype = dtype;
-  EncodedContext out = AllocateContext(backend, out_shape);
+  auto allocated = AllocateContext(backend, out_shape);
+  if (!allocated.ok()) return allocated.status();
+  EncodedContext& out = *allocated;
   out.kv.log_weight = ctx.kv.log_weight;
-  std::vector<std::byte> src_host(kStagingElements * DTypeSize(shape->dtype));
-  std::vector<std::byte> dst_host(kStagingElements * DTypeSize(dtype));
+  // On the device: the backend's Convert rounds to nearest even, as ConvertElements does.
   for (size_t l = 0; l < ctx.kv.k.size(); ++l) {
-    for (int kv = 0; kv < 2; ++kv) {
-      const Tensor src = FlatRows(kv == 0 ? ctx.kv.k[l] : ctx.kv.v[l], shape->tokens);
-      const Tensor dst = FlatRows(kv == 0 ? out.kv.k[l] : out.kv.v[l], shape->tokens);
-      for (int64_t e = 0; e < src.numel(); e += kStagingElements) {
-        const int64_t end = std::min(src.numel(), e + kStagingElements);
-        backend.CopyToHost(src.Rows(e, end), src_host.data());
-        ConvertElements(src_host.data(), shape->dtype, dst_host.data(), dtype,
-                        static_cast<size_t>(end - e));
-        backend.CopyFromHost(dst_host.data(), dst.Rows(e, end));
-      }
-    }
+    backend.Convert(FlatRows(ctx.kv.k[l], shape->tokens), FlatRows(out.kv.k[l], shape->tokens));
+    backend.Convert(FlatRows(ctx.kv.v[l], shape->tokens), FlatRows(out.kv.v[l], shape->tokens));
   }
-  return out;
+  auto status = backend.Synchronize();
+  if (!status.ok()) return status;
+  return allocated;
 }
 
 absl::StatusOr<EncodedContext> ToF32(const EncodedContext& ctx, Backend& backend) {

@@ -31,7 +31,7 @@ absl::StatusOr<KvShape> ShapeOf(const EncodedContext& ctx);
 
 // A context of `shape` with uninitialized K/V allocated on `backend` (at least one row per tensor,
 // like the encoder, so an empty context still has defined tensors).
-EncodedContext AllocateContext(Backend& backend, const KvShape& shape);
+absl::StatusOr<EncodedContext> AllocateContext(Backend& backend, const KvShape& shape);
 
 // Converts n elements between dtypes on the host (round to nearest even when narrowing).
 void ConvertElements(const void* src, DType from, void* dst, DType to, size_t n);

@@ -30,7 +30,9 @@ absl::Status ForEachPayloadChunk(
       const int64_t end = std::min(segment.numel(), e + room);
       const size_t old = chunk.size();
       chunk.resize(old + static_cast<size_t>(end - e) * elem);
-      backend.CopyToHost(segment.Rows(e, end), chunk.data() + old);
+      if (absl::Status s = backend.CopyToHost(segment.Rows(e, end), chunk.data() + old); !s.ok()) {
+        return s;
+      }
       e = end;
       if (chunk.size() + elem > chunk_bytes) {
         if (absl::Status s = fn(index++, chunk); !s.ok()) return s;

@@ -34,6 +34,10 @@ int RunInfo(const CliContext& cli) {
               info.backend().threads(), info.backend().device().c_str(),
               info.backend().blas_kernel().empty() ? "" : ", BLAS kernel ",
               info.backend().blas_kernel().c_str());
+  std::printf("compute     %s weights/activations, %s K/V (%s; CUDA %s)\n",
+              info.backend().compute_dtype().c_str(), info.backend().kv_dtype().c_str(),
+              info.backend().selection().c_str(),
+              info.backend().cuda_built() ? "built" : "not built");
   const auto& c = info.cache();
   std::printf("cache       memory %llu/%llu bytes (%llu entries), disk %llu bytes (%llu entries)\n",
               static_cast<unsigned long long>(c.memory_bytes()),

@@ -25,6 +25,13 @@ ABSL_FLAG(std::string, default_tokenizer_dir, "/usr/local/share/manyshot/gpt2",
           "GPT-2 tokenizer files (vocab.json, merges.txt) used to generate the default model when "
           "--model_dir is empty; scripts/setup.sh installs them here");
 ABSL_FLAG(int, threads, 0, "Compute threads for the model (CPU backend); 0 uses every core");
+ABSL_FLAG(std::string, backend, "",
+          "Compute backend: cpu or cuda; empty picks cuda when a GPU is usable, else cpu (the "
+          "log says which and why)");
+ABSL_FLAG(int, device, 0, "CUDA device index for --backend=cuda");
+ABSL_FLAG(std::string, compute_dtype, "",
+          "Weights and activations: f32, bf16 or f16; empty = the backend's default (cpu: f32, "
+          "cuda: bf16 with f32 accumulation)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json (one JSON object per line)");
 ABSL_FLAG(std::string, port_file, "",
@@ -45,7 +52,11 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "'authorization: Bearer TOKEN' metadata and acts for TENANT");
 
 ABSL_FLAG(uint64_t, memory_budget_bytes, 8ull << 30,
-          "Byte budget of the KV cache's memory tier (LRU eviction of unpinned entries)");
+          "Byte budget of the KV cache's memory tier on the CPU backend (LRU eviction of unpinned "
+          "entries)");
+ABSL_FLAG(uint64_t, gpu_memory_budget_bytes, 8ull << 30,
+          "Byte budget of the KV cache's memory tier in GPU memory on the CUDA backend (LRU "
+          "eviction of unpinned entries)");
 ABSL_FLAG(uint64_t, disk_budget_bytes, 0,
           "Byte budget of KV blobs in RocksDB; 0 = unlimited (LRU eviction; specs stay)");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV storage type in memory and on disk: f32, bf16, f16");
@@ -78,6 +89,9 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.model_dir = absl::GetFlag(FLAGS_model_dir);
   config.default_tokenizer_dir = absl::GetFlag(FLAGS_default_tokenizer_dir);
   config.threads = absl::GetFlag(FLAGS_threads);
+  config.backend = absl::GetFlag(FLAGS_backend);
+  config.device = absl::GetFlag(FLAGS_device);
+  config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
   config.log_level = absl::GetFlag(FLAGS_log_level);
   config.log_format = absl::GetFlag(FLAGS_log_format);
   config.port_file = absl::GetFlag(FLAGS_port_file);
@@ -88,6 +102,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   config.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   config.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
+  config.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_bytes);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
   config.eager_restore = absl::GetFlag(FLAGS_eager_restore);

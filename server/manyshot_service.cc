@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
 #include "engine/cpu/cpu_backend.h"
 #include "server/build_info.h"
@@ -439,10 +440,17 @@ grpc::Status ManyShotService::GetServerInfo(grpc::ServerContext* context,
 
   auto* backend = response->mutable_backend();
   backend->set_name(model_->backend->name());
-  static const std::string device = CpuModelName();
-  backend->set_device(device);
+  static const std::string cpu_name = CpuModelName();
+  const bool on_gpu = model_->backend->device() == Device::kCUDA;
+  backend->set_device(on_gpu ? model_->backend->description() : cpu_name);
   backend->set_threads(static_cast<uint32_t>(model_->backend->threads()));
-  backend->set_blas_kernel(BlasKernelName());
+  if (!on_gpu) backend->set_blas_kernel(BlasKernelName());
+  backend->set_description(model_->backend->description());
+  backend->set_selection(model_->backend_selection);
+  backend->set_compute_dtype(std::string(DTypeName(model_->transformer->compute_dtype())));
+  backend->set_kv_dtype(std::string(DTypeName(model_->transformer->kv_dtype())));
+  backend->set_cuda_built(CudaBuilt());
+  backend->set_device_index(static_cast<uint32_t>(model_->backend->device_index()));
   auto* limits = response->mutable_limits();
   limits->set_max_message_bytes(config_.max_message_bytes);
   limits->set_max_demonstrations(config_.max_demonstrations);

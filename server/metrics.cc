@@ -9,6 +9,19 @@
 
 namespace manyshot::server {
 
+void Metrics::SetBackend(const std::string& backend, const std::string& device,
+                         const std::string& compute_dtype, const std::string& kv_dtype) {
+  prometheus::BuildGauge()
+      .Name("manyshot_backend_info")
+      .Help("Always 1; labels describe the compute backend this server runs on.")
+      .Register(*registry_)
+      .Add({{"backend", backend},
+            {"device", device},
+            {"compute_dtype", compute_dtype},
+            {"kv_dtype", kv_dtype}})
+      .Set(1);
+}
+
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& address) {
   std::unique_ptr<Metrics> metrics(new Metrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();
@@ -20,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& addre
       .Add({{"version", kVersion},
             {"compiler", kCompiler},
             {"build_type", kBuildType},
-            {"cuda", kCudaEnabled ? "true" : "false"}})
+            {"cuda_built", kCudaEnabled ? "true" : "false"}})
       .Set(1);
   if (address.empty()) return metrics;
   try {

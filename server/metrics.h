@@ -22,6 +22,10 @@ class Metrics {
   prometheus::Registry& registry() { return *registry_; }
   // Adds a scrape-time collector to /metrics (no-op when not serving).
   void Register(std::shared_ptr<prometheus::Collectable> collectable);
+  // manyshot_backend_info{backend, device, compute_dtype, kv_dtype} 1: what is running (the build
+  // info says what was built).
+  void SetBackend(const std::string& backend, const std::string& device,
+                  const std::string& compute_dtype, const std::string& kv_dtype);
   // The bound port, or 0 when not serving.
   int port() const { return port_; }
 

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
 #include "spdlog/spdlog.h"
 
@@ -142,8 +143,36 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
   LoadedModel loaded;
   loaded.path = model_dir;
   loaded.random_weights = fs::exists(model_dir / kTinyModelMarker, ec);
-  loaded.backend = std::make_unique<CpuBackend>(config.threads);
-  auto transformer = Transformer::Load(model_dir, *loaded.backend);
+  BackendKind kind;
+  if (config.backend.empty()) {
+    kind = DefaultBackendKind(&loaded.backend_selection);
+  } else {
+    auto parsed = ParseBackendKind(config.backend);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--backend: ", parsed.status().message()));
+    }
+    kind = *parsed;
+    loaded.backend_selection = absl::StrCat("--backend=", config.backend);
+  }
+  auto backend = CreateBackend(kind, config.device, config.threads);
+  if (!backend.ok()) return backend.status();
+  loaded.backend = *std::move(backend);
+  spdlog::info("backend {} ({}): {}", loaded.backend->name(), loaded.backend_selection,
+               loaded.backend->description());
+  TransformerOptions options;
+  if (!config.compute_dtype.empty()) {
+    if (config.compute_dtype == "f32") {
+      options.compute = DType::kF32;
+    } else if (config.compute_dtype == "bf16") {
+      options.compute = DType::kBF16;
+    } else if (config.compute_dtype == "f16") {
+      options.compute = DType::kF16;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--compute_dtype=", config.compute_dtype, " is not one of f32, bf16, f16"));
+    }
+  }
+  auto transformer = Transformer::Load(model_dir, *loaded.backend, options);
   if (!transformer.ok()) {
     return absl::Status(transformer.status().code(),
                         absl::StrCat("loading the model in ", model_dir.string(), ": ",
@@ -166,13 +195,15 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
   }
   spdlog::info(
       "model loaded in {} ms: {} ({}, {} layers, hidden {}, {} heads / {} kv, vocab {}, context "
-      "{}, weights {}, fingerprint {}), tokenizer {} {}, backend {}",
+      "{}, weights {} computed in {}, KV {}, fingerprint {}), tokenizer {} {}, backend {}",
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                             start)
           .count(),
       model_dir.string(), c.model_type, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads,
       c.vocab_size, c.max_position_embeddings,
-      std::string(DTypeName(loaded.transformer->stored_dtype())), loaded.transformer->fingerprint(),
+      std::string(DTypeName(loaded.transformer->stored_dtype())),
+      std::string(DTypeName(loaded.transformer->compute_dtype())),
+      std::string(DTypeName(loaded.transformer->kv_dtype())), loaded.transformer->fingerprint(),
       loaded.tokenizer->kind(), loaded.tokenizer->fingerprint(), loaded.backend->description());
   if (loaded.random_weights) {
     spdlog::warn(

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/cpu/cpu_backend.h"
+#include "engine/core/backend.h"
 #include "engine/model/tiny_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/transformer/transformer.h"
@@ -17,7 +17,8 @@ namespace manyshot::server {
 
 struct LoadedModel {
   // Declared first so it is destroyed last: the transformer's tensors live on it.
-  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Backend> backend;
+  std::string backend_selection;  // why this backend: the flag, or what the GPU probe found
   std::unique_ptr<Transformer> transformer;
   std::unique_ptr<Tokenizer> tokenizer;
   std::filesystem::path path;  // the model directory served

@@ -94,10 +94,16 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   auto model = LoadServedModel(config, app->data_dir_->path());
   if (!model.ok()) return model.status();
   app->model_ = std::make_shared<const LoadedModel>(*std::move(model));
+  app->metrics_->SetBackend(app->model_->backend->name(), app->model_->backend->description(),
+                            std::string(DTypeName(app->model_->transformer->compute_dtype())),
+                            std::string(DTypeName(app->model_->transformer->kv_dtype())));
 
   // The KV cache (RocksDB under the data directory) and the tasks it holds.
   ContextCacheOptions cache_options;
-  cache_options.memory_budget_bytes = config.memory_budget_bytes;
+  // The memory tier lives where the backend's tensors do: GPU memory on the CUDA backend.
+  cache_options.memory_budget_bytes = app->model_->backend->device() == Device::kCUDA
+                                          ? config.gpu_memory_budget_bytes
+                                          : config.memory_budget_bytes;
   cache_options.disk_budget_bytes = config.disk_budget_bytes;
   cache_options.eager_restore = config.eager_restore;
   if (config.kv_dtype == "bf16") {
@@ -108,7 +114,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
     return absl::InvalidArgumentError(
         absl::StrCat("--kv_dtype=", config.kv_dtype, " is not one of f32, bf16, f16"));
   }
-  // The CPU attention reads 16-bit context K/V directly: keep memory in the storage dtype.
+  // Both backends' attention reads 16-bit context K/V directly: keep memory in the storage dtype.
   cache_options.memory_holds_storage_dtype = true;
   cache_options.log = [](LogLevel level, const std::string& message) {
     if (level == LogLevel::kError) {

@@ -14,8 +14,11 @@ struct ServerConfig {
   std::string model_dir;                           // HF model directory; "" = generated default
   // GPT-2 vocab.json + merges.txt for generating the default model (installed by setup.sh).
   std::string default_tokenizer_dir = "/usr/local/share/manyshot/gpt2";
-  std::string port_file;  // when set, the bound ports are written here ("grpc=N\nmetrics=M\n")
-  int threads = 0;        // compute threads; 0 = hardware concurrency
+  std::string port_file;      // when set, the bound ports are written here ("grpc=N\nmetrics=M\n")
+  int threads = 0;            // compute threads (CPU backend); 0 = hardware concurrency
+  std::string backend;        // "cpu" or "cuda"; "" = cuda when a GPU is usable, else cpu
+  int device = 0;             // the CUDA device index
+  std::string compute_dtype;  // f32, bf16 or f16; "" = the backend's default (cpu f32, cuda bf16)
   std::string log_level = "info";
   std::string log_format = "text";  // "text" or "json"
   int shutdown_grace_seconds = 10;  // in-flight calls get this long after SIGTERM
@@ -28,10 +31,11 @@ struct ServerConfig {
   std::string auth_tokens_file;    // "TOKEN TENANT" lines; when set every call needs a bearer token
 
   // The KV cache (cache/README.md).
-  uint64_t memory_budget_bytes = 8ull << 30;
-  uint64_t disk_budget_bytes = 0;  // 0 = unlimited
-  std::string kv_dtype = "f32";    // f32, bf16 or f16 (storage on disk and in memory)
-  bool eager_restore = false;      // load every task's KV at startup instead of on first use
+  uint64_t memory_budget_bytes = 8ull << 30;      // the memory tier on the CPU backend (host RAM)
+  uint64_t gpu_memory_budget_bytes = 8ull << 30;  // the memory tier on the CUDA backend (GPU)
+  uint64_t disk_budget_bytes = 0;                 // 0 = unlimited
+  std::string kv_dtype = "f32";  // f32, bf16 or f16 (storage on disk and in memory)
+  bool eager_restore = false;    // load every task's KV at startup instead of on first use
 
   // Scheduling: requests for one task are batched for up to batch_window_ms or max_batch_size
   // inputs; at most max_queue_inputs inputs wait (RESOURCE_EXHAUSTED beyond).

@@ -1,15 +1,40 @@
-// The device-neutral compute interface. Model code (engine/transformer) calls only these ops, so a
-// CUDA backend (cuBLAS + our kernels) slots in beside the CPU one without touching models.
+// The device-neutral compute interface. Model code (engine/transformer) calls only these ops, so
+// the CUDA backend (engine/cuda: cuBLASLt + our kernels) and the CPU reference (engine/cpu) are
+// interchangeable under the same model code.
 //
-// Conventions: activations are f32, row-major, first dimension = token rows. Weights may be stored
-// f32 (the CPU backend converts at load). Every op may run asynchronously on the backend's stream;
-// Synchronize() waits. Host memory is only touched through CopyToHost / CopyFromHost.
+// Fronts and implementations (the shape of CTranslate2's ops/*.cc): every public op below is a
+// thin, non-virtual front (engine/core/backend.cc) that checks shapes, dtypes and devices and only
+// then dispatches to the backend's protected *Impl. A mismatch is an error, never memory
+// corruption.
+//
+// Errors. Allocation returns absl::StatusOr (out-of-memory is routine on a GPU). Ops return void
+// and record the first error of the calling thread (a failed check in a front, a launch or
+// runtime error in an implementation); later ops on that thread still run their checks but
+// dispatch nothing until the error is collected. Synchronize() waits for the calling thread's
+// work, then returns and clears that error; CopyToHost synchronizes and returns it too. So
+// every sequence of ops ends in Synchronize() or CopyToHost(), whose status the caller checks.
+//
+// Concurrency. A backend may be used from several host threads at once (the server encodes tasks
+// on one thread while its scheduler runs query batches on another). Each host thread has its own
+// stream of work (the CUDA backend: one cudaStream_t, cuBLASLt workspace and error per thread) and
+// its own sticky error, so encoding and query batches never race on one stream. Tensors handed
+// from one thread to another (an encoded context) must be complete: the producing thread
+// synchronizes before publishing them, as every Transformer::Forward does.
+//
+// Dtypes. Activations and weights use one compute dtype per model (f32 on the CPU; bf16 or f16
+// on the GPU with f32 accumulation), K/V may use another (the KV dtype), index arguments are
+// kI32 device tensors uploaded once per forward pass. Each op states what it accepts.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/core/tensor.h"
 
@@ -22,9 +47,9 @@ enum class WeightLayout : uint8_t {
 };
 
 // One sequence of the batch in an attention call. Its query rows are q[q_begin, q_begin + q_len);
-// its own keys/values are rows [0, kv_len) of k/v (shape [capacity, kv_heads, head_dim]); the query
-// rows are its last q_len keys, and each attends causally to its own keys up to and including
-// itself.
+// its own keys/values are rows [0, kv_len) of k/v (shape [capacity, kv_heads, head_dim], any
+// float dtype, k and v alike); the query rows are its last q_len keys, and each attends causally
+// to its own keys up to and including itself.
 struct AttentionSequence {
   int64_t q_begin = 0;
   int64_t q_len = 0;
@@ -41,12 +66,21 @@ struct AttentionSequence {
 };
 
 // Keys/values shared by every sequence of the call (a task's encoded demonstrations), attended
-// with weight 1 (log-weight `log_weight`) by every query row at or after its context_from.
+// with log-weight `log_weight` by every query row at or after its context_from.
 struct AttentionContext {
-  const Tensor* k = nullptr;  // [len, kv_heads, head_dim]
+  const Tensor* k = nullptr;  // [len, kv_heads, head_dim], any float dtype (k and v alike)
   const Tensor* v = nullptr;
   int64_t len = 0;
   float log_weight = 0.0f;
+};
+
+// The result of attending a set of query rows to some set of keys, as a value (FlashInfer's
+// state_t): o [T, heads, head_dim] normalised over those keys, and lse [T, heads] (f32) the
+// natural-log sum of exp(logit) over them; lse = -inf (and o = 0) where a row saw no key. Two
+// states over disjoint key sets merge exactly into the state over their union (MergeStates).
+struct AttentionState {
+  Tensor o;
+  Tensor lse;
 };
 
 class Backend {
@@ -54,42 +88,117 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual Device device() const = 0;
+  virtual int device_index() const { return 0; }
   virtual std::string name() const = 0;         // "cpu", "cuda"
-  virtual std::string description() const = 0;  // threads, BLAS kernel / GPU name
+  virtual std::string description() const = 0;  // threads, BLAS kernel / GPU name and memory
   virtual int threads() const = 0;
+  // The compute dtype a model uses on this backend unless told otherwise.
+  virtual DType default_compute_dtype() const = 0;
+  // Whether activations/weights of this dtype are supported (the CPU computes in f32 only).
+  virtual bool SupportsComputeDType(DType dtype) const = 0;
 
-  // Memory.
-  virtual Tensor Allocate(DType dtype, std::vector<int64_t> shape) = 0;
-  virtual void CopyFromHost(const void* src, const Tensor& dst) = 0;
-  virtual void CopyToHost(const Tensor& src, void* dst) = 0;
-  virtual void Copy(const Tensor& src, const Tensor& dst) = 0;  // same bytes, same device
-  virtual void Synchronize() = 0;
+  // ---- Memory ----
+  // Device memory, uninitialised. RESOURCE_EXHAUSTED when the device is out of memory.
+  absl::StatusOr<Tensor> Allocate(DType dtype, std::vector<int64_t> shape);
+  // Host memory for staging transfers (page-locked on CUDA, so copies from it are asynchronous
+  // DMA); a Device::kCPU tensor whose raw() the host may read and write.
+  absl::StatusOr<Tensor> AllocateHost(DType dtype, std::vector<int64_t> shape);
+  // dst.bytes() bytes from host memory; `src` may be reused as soon as the call returns.
+  void CopyFromHost(const void* src, const Tensor& dst);
+  // From a host tensor made by AllocateHost, asynchronously on the calling thread's stream: `src`
+  // must stay alive and unchanged until the next Synchronize() of this thread.
+  void CopyFromHostAsync(const Tensor& src, const Tensor& dst);
+  // Waits for the calling thread's work, copies src to host memory and returns the thread's error.
+  absl::Status CopyToHost(const Tensor& src, void* dst);
+  // Same dtype and element count, same device: the bytes.
+  void Copy(const Tensor& src, const Tensor& dst);
+  // Same element count, any float dtypes: dst = dtype cast of src (round to nearest even).
+  void Convert(const Tensor& src, const Tensor& dst);
+  // Waits for the calling thread's work; returns and clears its first error.
+  absl::Status Synchronize();
 
-  // out[t] = table[ids[t]] (accumulate: out[t] += table[ids[t]]). ids are validated by the caller.
-  virtual void Embedding(absl::Span<const int32_t> ids, const Tensor& table, const Tensor& out,
-                         bool accumulate) = 0;
-  // out[t] = x[rows[t]].
-  virtual void GatherRows(const Tensor& x, absl::Span<const int64_t> rows, const Tensor& out) = 0;
-  virtual void RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
-  virtual void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                         const Tensor& out) = 0;
-  // out = x W (+ bias), x [T, in], out [T, out]; bias may be undefined.
-  virtual void Linear(const Tensor& x, const Tensor& weight, WeightLayout layout,
-                      const Tensor& bias, const Tensor& out) = 0;
-  // Rotate-half RoPE in place on x [T, heads, head_dim] at the given positions.
-  virtual void Rope(const Tensor& x, absl::Span<const int32_t> positions, float theta) = 0;
-  virtual void GeluTanh(const Tensor& x) = 0;  // in place
+  // ---- Ops (x, out, weights: the compute dtype unless said otherwise) ----
+  // out[t] = table[ids[t]] (accumulate: out[t] += table[ids[t]]); ids kI32 [T], validated by
+  // the caller against the table's rows.
+  void Embedding(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate);
+  // out[t] = x[rows[t]]; rows kI32 [R]; any dtype, x and out alike.
+  void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out);
+  void RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
+  void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                 const Tensor& out);
+  // out = x W (+ bias), x [T, in], out [T, out] (the compute dtype or f32); bias may be undefined.
+  void Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
+              const Tensor& out);
+  // Rotate-half RoPE in place on x [T, heads, head_dim] at positions (kI32 [T]).
+  void Rope(const Tensor& x, const Tensor& positions, float theta);
+  void GeluTanh(const Tensor& x);  // in place
   // out = silu(gate) * up where gate_up [T, 2I] holds gate in columns [0, I) and up in [I, 2I).
-  virtual void SwiGlu(const Tensor& gate_up, const Tensor& out) = 0;
+  void SwiGlu(const Tensor& gate_up, const Tensor& out);
   // Splits the columns of qkv [T, q + k + v] into q [T, ...], k, v (each contiguous).
-  virtual void SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) = 0;
-  virtual void Add(const Tensor& x, const Tensor& y) = 0;  // x += y
-  // Attention of q [T, heads, head_dim] (already scaled by nothing: `scale` applies to logits).
-  // Writes out [T, heads, head_dim] and, when lse is defined, the natural-log sum-exp of the
-  // weighted logits per row and head into lse [T, heads].
-  virtual void Attention(const Tensor& q, absl::Span<const AttentionSequence> sequences,
-                         const AttentionContext* context, float scale, const Tensor& out,
-                         const Tensor& lse) = 0;
+  void SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v);
+  void Add(const Tensor& x, const Tensor& y);  // x += y
+
+  // ---- Attention (q [T, heads, head_dim]; `scale` multiplies q.k) ----
+  // Each sequence's rows against its own keys (causal, own_log_weight on keys >= weighted_from).
+  void AttendOwn(const Tensor& q, absl::Span<const AttentionSequence> sequences, float scale,
+                 const AttentionState& out);
+  // Every row of every sequence against the shared context (log_weight NOT applied: it is an
+  // argument of MergeStates). Rows before their sequence's context_from get lse = -inf, o = 0.
+  void AttendContext(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                     const AttentionContext& context, float scale, const AttentionState& out);
+  // into := merge(into, other with other_log_weight added to its lse), row by row and head by
+  // head: o = (e^(la) o_a + e^(lb) o_b) / (e^(la) + e^(lb)), lse = ln(e^(la) + e^(lb)).
+  void MergeStates(const AttentionState& into, const AttentionState& other, float other_log_weight);
+  // AttendOwn, then (with a context) AttendContext merged in with context->log_weight. lse may be
+  // undefined when the caller does not need it.
+  void Attention(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                 const AttentionContext* context, float scale, const Tensor& out,
+                 const Tensor& lse);
+
+ protected:
+  // The implementations see only checked arguments.
+  virtual absl::StatusOr<Tensor> AllocateImpl(DType dtype, std::vector<int64_t> shape) = 0;
+  virtual absl::StatusOr<Tensor> AllocateHostImpl(DType dtype, std::vector<int64_t> shape) = 0;
+  virtual absl::Status CopyFromHostImpl(const void* src, const Tensor& dst) = 0;
+  virtual absl::Status CopyFromHostAsyncImpl(const Tensor& src, const Tensor& dst) = 0;
+  virtual absl::Status CopyToHostImpl(const Tensor& src, void* dst) = 0;  // waits
+  virtual absl::Status CopyImpl(const Tensor& src, const Tensor& dst) = 0;
+  virtual absl::Status ConvertImpl(const Tensor& src, const Tensor& dst) = 0;
+  virtual absl::Status SynchronizeImpl() = 0;
+  virtual absl::Status EmbeddingImpl(const Tensor& ids, const Tensor& table, const Tensor& out,
+                                     bool accumulate) = 0;
+  virtual absl::Status GatherRowsImpl(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
+  virtual absl::Status RmsNormImpl(const Tensor& x, const Tensor& weight, float eps,
+                                   const Tensor& out) = 0;
+  virtual absl::Status LayerNormImpl(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     float eps, const Tensor& out) = 0;
+  virtual absl::Status LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                                  const Tensor& bias, const Tensor& out) = 0;
+  virtual absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) = 0;
+  virtual absl::Status GeluTanhImpl(const Tensor& x) = 0;
+  virtual absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
+  virtual absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                                    const Tensor& v) = 0;
+  virtual absl::Status AddImpl(const Tensor& x, const Tensor& y) = 0;
+  virtual absl::Status AttendOwnImpl(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                                     float scale, const AttentionState& out) = 0;
+  virtual absl::Status AttendContextImpl(const Tensor& q,
+                                         absl::Span<const AttentionSequence> sequences,
+                                         const AttentionContext& context, float scale,
+                                         const AttentionState& out) = 0;
+  virtual absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
+                                       float other_log_weight) = 0;
+
+ private:
+  // Runs `check`; on success and with no pending error, `impl`; records the first failure.
+  template <typename Check, typename Impl>
+  void Dispatch(const char* op, Check&& check, Impl&& impl);
+  bool HasError() const;
+  void RecordError(absl::Status status);
+  absl::Status TakeError();
+
+  mutable std::mutex errors_mutex_;
+  std::unordered_map<std::thread::id, absl::Status> errors_;  // first error per host thread
 };
 
 }  // namespace manyshot

@@ -8,9 +8,12 @@
 
 namespace manyshot {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// kI32 is for index tensors (token ids, positions, gathered rows) only; the others are floats.
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3 };
 
-constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+constexpr size_t DTypeSize(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
+
+constexpr bool IsFloat(DType t) { return t != DType::kI32; }
 
 constexpr std::string_view DTypeName(DType t) {
   switch (t) {
@@ -20,6 +23,8 @@ constexpr std::string_view DTypeName(DType t) {
       return "f16";
     case DType::kBF16:
       return "bf16";
+    case DType::kI32:
+      return "i32";
   }
   return "?";
 }

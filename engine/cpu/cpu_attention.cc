@@ -13,10 +13,14 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
 namespace manyshot {
 namespace {
+
+using cpu_internal::ParallelRows;
+using cpu_internal::RequireF32;
 
 constexpr int64_t kRowBlock = 128;
 constexpr int64_t kKeyTile = 512;
@@ -123,6 +127,8 @@ void LoadTile(const Tensor& t, int64_t kv_head, int64_t j0, int64_t tile, float*
       }
       break;
     }
+    case DType::kI32:  // the fronts admit float K/V only
+      break;
   }
 }
 
@@ -143,20 +149,50 @@ void Finish(const OnlineSoftmax& state, int64_t rows, int64_t dim, float* out, i
   }
 }
 
+// A sequence's own K/V as f32: the tensors themselves when f32, else a widened copy of the first
+// kv_len rows (the CPU computes in f32; 16-bit own K/V are a storage format here).
+struct OwnKeys {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  std::vector<float> k_wide, v_wide;
+};
+
+void WidenRows(const Tensor& t, int64_t rows, std::vector<float>& out) {
+  const int64_t n = rows * t.dim(1) * t.dim(2);
+  out.resize(n);
+  const uint16_t* src = t.data<uint16_t>();
+  if (t.dtype() == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = BF16ToF32(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = F16ToF32(src[i]);
+  }
+}
+
 }  // namespace
 
-void CpuBackend::Attention(const Tensor& q, absl::Span<const AttentionSequence> sequences,
-                           const AttentionContext* context, float scale, const Tensor& out,
-                           const Tensor& lse) {
-  const int64_t tokens = q.dim(0);
+absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
+                                       absl::Span<const AttentionSequence> sequences, float scale,
+                                       const AttentionState& out) {
+  if (auto st = RequireF32("AttendOwn", {&q}); !st.ok()) return st;
   const int64_t heads = q.dim(1);
   const int64_t dim = q.dim(2);
   const int64_t q_ld = heads * dim;
   const float* qp = q.data<float>();
-  float* op = out.data<float>();
-
-  // Own part: written straight into out / own_lse.
-  std::vector<float> own_lse(tokens * heads, kNegInf);
+  float* op = out.o.data<float>();
+  float* lp = out.lse.data<float>();
+  std::vector<OwnKeys> keys(sequences.size());
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const AttentionSequence& seq = sequences[s];
+    if (seq.k->dtype() == DType::kF32) {
+      keys[s].k = seq.k->data<float>();
+      keys[s].v = seq.v->data<float>();
+    } else {
+      WidenRows(*seq.k, seq.kv_len, keys[s].k_wide);
+      WidenRows(*seq.v, seq.kv_len, keys[s].v_wide);
+      keys[s].k = keys[s].k_wide.data();
+      keys[s].v = keys[s].v_wide.data();
+    }
+  }
   struct Item {
     int64_t seq, head, r0, r1;
   };
@@ -187,95 +223,132 @@ void CpuBackend::Attention(const Tensor& q, absl::Span<const AttentionSequence> 
     OnlineSoftmax& state = states[thread];
     state.Reset(rows, dim);
     const int64_t row0 = seq.q_begin + it.r0;
-    AttendTiles(qp + row0 * q_ld + it.head * dim, q_ld, rows, seq.k->data<float>() + kv_head * dim,
-                seq.v->data<float>() + kv_head * dim, kv_ld, base + it.r1, dim, scale, rule, state);
-    Finish(state, rows, dim, op + row0 * q_ld + it.head * dim, q_ld,
-           own_lse.data() + row0 * heads + it.head, heads);
+    AttendTiles(qp + row0 * q_ld + it.head * dim, q_ld, rows, keys[it.seq].k + kv_head * dim,
+                keys[it.seq].v + kv_head * dim, kv_ld, base + it.r1, dim, scale, rule, state);
+    Finish(state, rows, dim, op + row0 * q_ld + it.head * dim, q_ld, lp + row0 * heads + it.head,
+           heads);
   });
+  return absl::OkStatus();
+}
 
-  if (context != nullptr && context->len > 0) {
-    // Rows that see the context, gathered so every GEMM row is useful.
-    std::vector<int64_t> rows_seeing;
-    for (const auto& seq : sequences) {
-      const int64_t base = seq.kv_len - seq.q_len;
-      for (int64_t r = 0; r < seq.q_len; ++r) {
-        if (base + r >= seq.context_from) rows_seeing.push_back(seq.q_begin + r);
-      }
-    }
-    const int64_t n = static_cast<int64_t>(rows_seeing.size());
-    const int64_t kv_heads = context->k->dim(1);
-    const int64_t group = heads / kv_heads;
-    const int64_t kv_ld = kv_heads * dim;
-    // Gathered queries [n, heads, dim] (contiguous), context outputs and lse.
-    std::vector<float> gq(n * q_ld), co(n * q_ld), clse(n * heads);
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
-    }
-    // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
-    // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row
-    // block while it is hot in cache. f32 contexts are read in place.
-    constexpr int64_t kRowChunk = 1024;
-    std::vector<Item> citems;
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
-        citems.push_back({0, h, r0, std::min(n, r0 + kRowChunk)});
-      }
-    }
-    const bool direct = context->k->dtype() == DType::kF32;
-    std::vector<std::vector<float>> k_tiles(pool_->size()), v_tiles(pool_->size());
-    pool_->ParallelForEach(static_cast<int64_t>(citems.size()), [&](int64_t i, int thread) {
-      const Item& it = citems[i];
-      const int64_t rows = it.r1 - it.r0;
-      const int64_t kv_head = it.head / group;
-      OnlineSoftmax& state = states[thread];
-      state.Reset(rows, dim);
-      KeyRule rule;
-      for (int64_t j0 = 0; j0 < context->len; j0 += kKeyTile) {
-        const int64_t tile = std::min(kKeyTile, context->len - j0);
-        const float* k;
-        const float* v;
-        int64_t ld;
-        if (direct) {
-          k = context->k->data<float>() + (j0 * kv_heads + kv_head) * dim;
-          v = context->v->data<float>() + (j0 * kv_heads + kv_head) * dim;
-          ld = kv_ld;
-        } else {
-          k_tiles[thread].resize(kKeyTile * dim);
-          v_tiles[thread].resize(kKeyTile * dim);
-          LoadTile(*context->k, kv_head, j0, tile, k_tiles[thread].data());
-          LoadTile(*context->v, kv_head, j0, tile, v_tiles[thread].data());
-          k = k_tiles[thread].data();
-          v = v_tiles[thread].data();
-          ld = dim;
-        }
-        for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
-          const int64_t block = std::min(kRowBlock, rows - b0);
-          AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0,
-                     tile, dim, scale, rule, state, b0);
-        }
-      }
-      Finish(state, rows, dim, co.data() + it.r0 * q_ld + it.head * dim, q_ld,
-             clse.data() + it.r0 * heads + it.head, heads);
-    });
-    // Merge: the context's weight enters as an additive log-weight on its lse.
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = rows_seeing[i];
-      for (int64_t h = 0; h < heads; ++h) {
-        const float lc = clse[i * heads + h] + context->log_weight;
-        float& ls = own_lse[row * heads + h];
-        const float m = std::max(lc, ls);
-        if (m == kNegInf) continue;
-        const float wc = std::exp(lc - m);
-        const float ws = std::exp(ls - m);
-        const float total = wc + ws;
-        float* o = op + row * q_ld + h * dim;
-        const float* oc = co.data() + i * q_ld + h * dim;
-        for (int64_t d = 0; d < dim; ++d) o[d] = (wc * oc[d] + ws * o[d]) / total;
-        ls = m + std::log(total);
+absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
+                                           absl::Span<const AttentionSequence> sequences,
+                                           const AttentionContext& context, float scale,
+                                           const AttentionState& out) {
+  if (auto st = RequireF32("AttendContext", {&q}); !st.ok()) return st;
+  const int64_t heads = q.dim(1);
+  const int64_t dim = q.dim(2);
+  const int64_t q_ld = heads * dim;
+  const float* qp = q.data<float>();
+  float* op = out.o.data<float>();
+  float* lp = out.lse.data<float>();
+  // Rows that see the context, gathered so every GEMM row is useful; the others saw nothing.
+  std::vector<int64_t> rows_seeing;
+  for (const auto& seq : sequences) {
+    const int64_t base = seq.kv_len - seq.q_len;
+    for (int64_t r = 0; r < seq.q_len; ++r) {
+      const int64_t row = seq.q_begin + r;
+      if (base + r >= seq.context_from && context.len > 0) {
+        rows_seeing.push_back(row);
+      } else {
+        std::fill(op + row * q_ld, op + (row + 1) * q_ld, 0.0f);
+        std::fill(lp + row * heads, lp + (row + 1) * heads, kNegInf);
       }
     }
   }
-  if (lse.defined()) std::copy(own_lse.begin(), own_lse.end(), lse.data<float>());
+  const int64_t n = static_cast<int64_t>(rows_seeing.size());
+  if (n == 0) return absl::OkStatus();
+  const int64_t kv_heads = context.k->dim(1);
+  const int64_t group = heads / kv_heads;
+  const int64_t kv_ld = kv_heads * dim;
+  // Gathered queries [n, heads, dim] (contiguous), context outputs and lse.
+  std::vector<float> gq(n * q_ld), co(n * q_ld), clse(n * heads);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
+  }
+  // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
+  // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row
+  // block while it is hot in cache. f32 contexts are read in place.
+  constexpr int64_t kRowChunk = 1024;
+  struct Item {
+    int64_t head, r0, r1;
+  };
+  std::vector<Item> citems;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
+      citems.push_back({h, r0, std::min(n, r0 + kRowChunk)});
+    }
+  }
+  const bool direct = context.k->dtype() == DType::kF32;
+  std::vector<OnlineSoftmax> states(pool_->size());
+  std::vector<std::vector<float>> k_tiles(pool_->size()), v_tiles(pool_->size());
+  pool_->ParallelForEach(static_cast<int64_t>(citems.size()), [&](int64_t i, int thread) {
+    const Item& it = citems[i];
+    const int64_t rows = it.r1 - it.r0;
+    const int64_t kv_head = it.head / group;
+    OnlineSoftmax& state = states[thread];
+    state.Reset(rows, dim);
+    KeyRule rule;
+    for (int64_t j0 = 0; j0 < context.len; j0 += kKeyTile) {
+      const int64_t tile = std::min(kKeyTile, context.len - j0);
+      const float* k;
+      const float* v;
+      int64_t ld;
+      if (direct) {
+        k = context.k->data<float>() + (j0 * kv_heads + kv_head) * dim;
+        v = context.v->data<float>() + (j0 * kv_heads + kv_head) * dim;
+        ld = kv_ld;
+      } else {
+        k_tiles[thread].resize(kKeyTile * dim);
+        v_tiles[thread].resize(kKeyTile * dim);
+        LoadTile(*context.k, kv_head, j0, tile, k_tiles[thread].data());
+        LoadTile(*context.v, kv_head, j0, tile, v_tiles[thread].data());
+        k = k_tiles[thread].data();
+        v = v_tiles[thread].data();
+        ld = dim;
+      }
+      for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
+        const int64_t block = std::min(kRowBlock, rows - b0);
+        AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0, tile,
+                   dim, scale, rule, state, b0);
+      }
+    }
+    Finish(state, rows, dim, co.data() + it.r0 * q_ld + it.head * dim, q_ld,
+           clse.data() + it.r0 * heads + it.head, heads);
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = rows_seeing[i];
+    std::copy(co.data() + i * q_ld, co.data() + (i + 1) * q_ld, op + row * q_ld);
+    std::copy(clse.data() + i * heads, clse.data() + (i + 1) * heads, lp + row * heads);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::MergeStatesImpl(const AttentionState& into, const AttentionState& other,
+                                         float other_log_weight) {
+  if (auto st = RequireF32("MergeStates", {&into.o}); !st.ok()) return st;
+  const int64_t rows = into.lse.numel();  // (token, head) pairs
+  const int64_t dim = into.o.dim(2);
+  float* oa = into.o.data<float>();
+  float* la = into.lse.data<float>();
+  const float* ob = other.o.data<float>();
+  const float* lb = other.lse.data<float>();
+  ParallelRows(*pool_, rows, dim, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float a = la[i];
+      const float c = lb[i] + other_log_weight;
+      const float m = std::max(a, c);
+      if (m == kNegInf) continue;  // neither side saw a key
+      const float wa = std::exp(a - m);
+      const float wc = std::exp(c - m);
+      const float total = wa + wc;
+      float* o = oa + i * dim;
+      const float* p = ob + i * dim;
+      for (int64_t d = 0; d < dim; ++d) o[d] = (wa * o[d] + wc * p[d]) / total;
+      la[i] = m + std::log(total);
+    }
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace manyshot

@@ -10,10 +10,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
 namespace manyshot {
 namespace {
+
+using cpu_internal::ParallelRows;
+using cpu_internal::RequireF32;
 
 constexpr size_t kAlignment = 64;
 
@@ -22,18 +26,16 @@ int ResolveThreads(int threads) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-// Rows per parallel chunk for row-wise elementwise ops: small ops stay on one thread.
-int64_t MinRowsPerThread(int64_t row_elems) {
-  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems));
-}
-
-template <typename Fn>
-void ParallelRows(ThreadPool& pool, int64_t rows, int64_t row_elems, Fn&& fn) {
-  if (rows <= MinRowsPerThread(row_elems)) {
-    fn(0, rows);
-  } else {
-    pool.ParallelFor(rows, fn);
-  }
+Tensor AllocateAligned(DType dtype, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  size_t bytes = std::max<size_t>(kAlignment, static_cast<size_t>(n) * DTypeSize(dtype));
+  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, bytes);
+  if (data == nullptr) return Tensor();
+  auto buffer =
+      std::make_shared<Buffer>(data, bytes, Device::kCPU, [](void* p, size_t) { std::free(p); });
+  return Tensor(std::move(buffer), dtype, std::move(shape));
 }
 
 }  // namespace
@@ -52,32 +54,77 @@ std::string CpuBackend::description() const {
   return absl::StrCat("host CPU, ", pool_->size(), " threads, OpenBLAS ", BlasKernelName());
 }
 
-Tensor CpuBackend::Allocate(DType dtype, std::vector<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  size_t bytes = std::max<size_t>(kAlignment, static_cast<size_t>(n) * DTypeSize(dtype));
-  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* data = std::aligned_alloc(kAlignment, bytes);
-  if (data == nullptr) throw std::bad_alloc();
-  auto buffer =
-      std::make_shared<Buffer>(data, bytes, Device::kCPU, [](void* p, size_t) { std::free(p); });
-  return Tensor(std::move(buffer), dtype, std::move(shape));
+absl::StatusOr<Tensor> CpuBackend::AllocateImpl(DType dtype, std::vector<int64_t> shape) {
+  std::string shape_text = Tensor(nullptr, dtype, shape).ShapeString();
+  Tensor t = AllocateAligned(dtype, std::move(shape));
+  if (!t.defined()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory allocating ", std::string(DTypeName(dtype)), shape_text));
+  }
+  return t;
 }
 
-void CpuBackend::CopyFromHost(const void* src, const Tensor& dst) {
+absl::StatusOr<Tensor> CpuBackend::AllocateHostImpl(DType dtype, std::vector<int64_t> shape) {
+  return AllocateImpl(dtype, std::move(shape));
+}
+
+absl::Status CpuBackend::CopyFromHostImpl(const void* src, const Tensor& dst) {
   std::memcpy(dst.raw(), src, dst.bytes());
+  return absl::OkStatus();
 }
 
-void CpuBackend::CopyToHost(const Tensor& src, void* dst) {
+absl::Status CpuBackend::CopyFromHostAsyncImpl(const Tensor& src, const Tensor& dst) {
+  std::memcpy(dst.raw(), src.raw(), dst.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyToHostImpl(const Tensor& src, void* dst) {
   std::memcpy(dst, src.raw(), src.bytes());
+  return absl::OkStatus();
 }
 
-void CpuBackend::Copy(const Tensor& src, const Tensor& dst) {
-  std::memcpy(dst.raw(), src.raw(), std::min(src.bytes(), dst.bytes()));
+absl::Status CpuBackend::CopyImpl(const Tensor& src, const Tensor& dst) {
+  std::memmove(dst.raw(), src.raw(), src.bytes());
+  return absl::OkStatus();
 }
 
-void CpuBackend::Embedding(absl::Span<const int32_t> ids, const Tensor& table, const Tensor& out,
-                           bool accumulate) {
+absl::Status CpuBackend::ConvertImpl(const Tensor& src, const Tensor& dst) {
+  const int64_t n = src.numel();
+  ParallelRows(*pool_, n / 4096 + 1, 4096, [&](int64_t b, int64_t e) {
+    const int64_t end = std::min(n, e * 4096);
+    for (int64_t i = b * 4096; i < end; ++i) {
+      float f;
+      switch (src.dtype()) {
+        case DType::kF32:
+          f = src.data<float>()[i];
+          break;
+        case DType::kBF16:
+          f = BF16ToF32(src.data<uint16_t>()[i]);
+          break;
+        default:
+          f = F16ToF32(src.data<uint16_t>()[i]);
+          break;
+      }
+      switch (dst.dtype()) {
+        case DType::kF32:
+          dst.data<float>()[i] = f;
+          break;
+        case DType::kBF16:
+          dst.data<uint16_t>()[i] = F32ToBF16(f);
+          break;
+        default:
+          dst.data<uint16_t>()[i] = F32ToF16(f);
+          break;
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::EmbeddingImpl(const Tensor& id_tensor, const Tensor& table,
+                                       const Tensor& out, bool accumulate) {
+  if (auto st = RequireF32("Embedding", {&table, &out}); !st.ok()) return st;
+  absl::Span<const int32_t> ids(id_tensor.data<int32_t>(), id_tensor.numel());
   const int64_t hidden = table.dim(1);
   const float* t = table.data<float>();
   float* o = out.data<float>();
@@ -92,17 +139,24 @@ void CpuBackend::Embedding(absl::Span<const int32_t> ids, const Tensor& table, c
       }
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::GatherRows(const Tensor& x, absl::Span<const int64_t> rows, const Tensor& out) {
+absl::Status CpuBackend::GatherRowsImpl(const Tensor& x, const Tensor& row_tensor,
+                                        const Tensor& out) {
   const size_t row_bytes = x.RowBytes();
-  for (size_t r = 0; r < rows.size(); ++r) {
+  const int32_t* rows = row_tensor.data<int32_t>();
+  for (int64_t r = 0; r < row_tensor.numel(); ++r) {
     std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes,
-                static_cast<const char*>(x.raw()) + rows[r] * row_bytes, row_bytes);
+                static_cast<const char*>(x.raw()) + static_cast<size_t>(rows[r]) * row_bytes,
+                row_bytes);
   }
+  return absl::OkStatus();
 }
 
-void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+absl::Status CpuBackend::RmsNormImpl(const Tensor& x, const Tensor& weight, float eps,
+                                     const Tensor& out) {
+  if (auto st = RequireF32("RmsNorm", {&x}); !st.ok()) return st;
   const int64_t n = x.dim(x.rank() - 1);
   const int64_t rows = x.numel() / n;
   const float* w = weight.data<float>();
@@ -116,10 +170,12 @@ void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const
       for (int64_t i = 0; i < n; ++i) orow[i] = xr[i] * inv * w[i];
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                           const Tensor& out) {
+absl::Status CpuBackend::LayerNormImpl(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                       float eps, const Tensor& out) {
+  if (auto st = RequireF32("LayerNorm", {&x}); !st.ok()) return st;
   const int64_t n = x.dim(x.rank() - 1);
   const int64_t rows = x.numel() / n;
   const float* w = weight.data<float>();
@@ -137,10 +193,12 @@ void CpuBackend::LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& 
       for (int64_t i = 0; i < n; ++i) orow[i] = (xr[i] - mean) * inv * w[i] + bi[i];
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout,
-                        const Tensor& bias, const Tensor& out) {
+absl::Status CpuBackend::LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                                    const Tensor& bias, const Tensor& out) {
+  if (auto st = RequireF32("Linear", {&x, &out}); !st.ok()) return st;
   const int64_t rows = x.numel() / x.dim(x.rank() - 1);
   const int64_t in = x.dim(x.rank() - 1);
   const int64_t out_features = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
@@ -183,9 +241,12 @@ void CpuBackend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layo
       }
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::Rope(const Tensor& x, absl::Span<const int32_t> positions, float theta) {
+absl::Status CpuBackend::RopeImpl(const Tensor& x, const Tensor& position_tensor, float theta) {
+  if (auto st = RequireF32("Rope", {&x}); !st.ok()) return st;
+  const int32_t* positions = position_tensor.data<int32_t>();
   const int64_t tokens = x.dim(0);
   const int64_t heads = x.dim(1);
   const int64_t dim = x.dim(2);
@@ -214,18 +275,22 @@ void CpuBackend::Rope(const Tensor& x, absl::Span<const int32_t> positions, floa
       }
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::GeluTanh(const Tensor& x) {
+absl::Status CpuBackend::GeluTanhImpl(const Tensor& x) {
+  if (auto st = RequireF32("GeluTanh", {&x}); !st.ok()) return st;
   const int64_t n = x.numel();
   float* p = x.data<float>();
   ParallelRows(*pool_, n / 1024 + 1, 1024, [&](int64_t b, int64_t e) {
     int64_t end = std::min(n, e * 1024);
     for (int64_t i = b * 1024; i < end; ++i) p[i] = vmath::GeluTanh(p[i]);
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
+absl::Status CpuBackend::SwiGluImpl(const Tensor& gate_up, const Tensor& out) {
+  if (auto st = RequireF32("SwiGlu", {&gate_up}); !st.ok()) return st;
   const int64_t rows = gate_up.dim(0);
   const int64_t inter = out.numel() / rows;
   ParallelRows(*pool_, rows, inter, [&](int64_t b, int64_t e) {
@@ -236,9 +301,12 @@ void CpuBackend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
       for (int64_t i = 0; i < inter; ++i) o[i] = vmath::Silu(g[i]) * u[i];
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+absl::Status CpuBackend::SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                                      const Tensor& v) {
+  if (auto st = RequireF32("SplitQkv", {&qkv}); !st.ok()) return st;
   const int64_t rows = qkv.dim(0);
   const int64_t nq = q.numel() / rows, nk = k.numel() / rows, nv = v.numel() / rows;
   ParallelRows(*pool_, rows, nq + nk + nv, [&](int64_t b, int64_t e) {
@@ -249,9 +317,11 @@ void CpuBackend::SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, c
       std::memcpy(v.data<float>() + r * nv, src + nq + nk, nv * sizeof(float));
     }
   });
+  return absl::OkStatus();
 }
 
-void CpuBackend::Add(const Tensor& x, const Tensor& y) {
+absl::Status CpuBackend::AddImpl(const Tensor& x, const Tensor& y) {
+  if (auto st = RequireF32("Add", {&x}); !st.ok()) return st;
   const int64_t n = x.numel();
   float* xp = x.data<float>();
   const float* yp = y.data<float>();
@@ -259,6 +329,7 @@ void CpuBackend::Add(const Tensor& x, const Tensor& y) {
     int64_t end = std::min(n, e * 1024);
     for (int64_t i = b * 1024; i < end; ++i) xp[i] += yp[i];
   });
+  return absl::OkStatus();
 }
 
 }  // namespace manyshot

@@ -21,28 +21,40 @@ class CpuBackend final : public Backend {
   int threads() const override { return pool_->size(); }
   ThreadPool& pool() { return *pool_; }
 
-  Tensor Allocate(DType dtype, std::vector<int64_t> shape) override;
-  void CopyFromHost(const void* src, const Tensor& dst) override;
-  void CopyToHost(const Tensor& src, void* dst) override;
-  void Copy(const Tensor& src, const Tensor& dst) override;
-  void Synchronize() override {}
+  DType default_compute_dtype() const override { return DType::kF32; }
+  bool SupportsComputeDType(DType dtype) const override { return dtype == DType::kF32; }
 
-  void Embedding(absl::Span<const int32_t> ids, const Tensor& table, const Tensor& out,
-                 bool accumulate) override;
-  void GatherRows(const Tensor& x, absl::Span<const int64_t> rows, const Tensor& out) override;
-  void RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
-  void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                 const Tensor& out) override;
-  void Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
-              const Tensor& out) override;
-  void Rope(const Tensor& x, absl::Span<const int32_t> positions, float theta) override;
-  void GeluTanh(const Tensor& x) override;
-  void SwiGlu(const Tensor& gate_up, const Tensor& out) override;
-  void SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) override;
-  void Add(const Tensor& x, const Tensor& y) override;
-  void Attention(const Tensor& q, absl::Span<const AttentionSequence> sequences,
-                 const AttentionContext* context, float scale, const Tensor& out,
-                 const Tensor& lse) override;
+ protected:
+  absl::StatusOr<Tensor> AllocateImpl(DType dtype, std::vector<int64_t> shape) override;
+  absl::StatusOr<Tensor> AllocateHostImpl(DType dtype, std::vector<int64_t> shape) override;
+  absl::Status CopyFromHostImpl(const void* src, const Tensor& dst) override;
+  absl::Status CopyFromHostAsyncImpl(const Tensor& src, const Tensor& dst) override;
+  absl::Status CopyToHostImpl(const Tensor& src, void* dst) override;
+  absl::Status CopyImpl(const Tensor& src, const Tensor& dst) override;
+  absl::Status ConvertImpl(const Tensor& src, const Tensor& dst) override;
+  absl::Status SynchronizeImpl() override { return absl::OkStatus(); }
+  absl::Status EmbeddingImpl(const Tensor& ids, const Tensor& table, const Tensor& out,
+                             bool accumulate) override;
+  absl::Status GatherRowsImpl(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  absl::Status RmsNormImpl(const Tensor& x, const Tensor& weight, float eps,
+                           const Tensor& out) override;
+  absl::Status LayerNormImpl(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                             const Tensor& out) override;
+  absl::Status LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                          const Tensor& bias, const Tensor& out) override;
+  absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) override;
+  absl::Status GeluTanhImpl(const Tensor& x) override;
+  absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
+  absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                            const Tensor& v) override;
+  absl::Status AddImpl(const Tensor& x, const Tensor& y) override;
+  absl::Status AttendOwnImpl(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                             float scale, const AttentionState& out) override;
+  absl::Status AttendContextImpl(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                                 const AttentionContext& context, float scale,
+                                 const AttentionState& out) override;
+  absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
+                               float other_log_weight) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;

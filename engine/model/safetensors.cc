@@ -307,6 +307,9 @@ absl::Status SafetensorsArchive::ReadF32(std::string_view name,
       }
       break;
     }
+    case DType::kI32:  // ParseDType never yields it for a weight
+      return absl::InternalError(
+          absl::StrCat(t->file.string(), ": tensor \"", name_str, "\" is an integer tensor"));
   }
   return absl::OkStatus();
 }

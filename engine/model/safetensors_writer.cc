@@ -20,6 +20,8 @@ std::string_view DTypeTag(DType t) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kI32:
+      return "I32";
   }
   return "?";
 }

@@ -5,17 +5,19 @@
 namespace manyshot {
 namespace {
 
-// Allocates the context tensors for `tokens` rows on the model's backend.
-EncodedContext AllocateContext(const Transformer& model, int64_t tokens) {
+// Allocates the context tensors for `tokens` rows, in the model's KV dtype, on its backend.
+absl::StatusOr<EncodedContext> AllocateContext(const Transformer& model, int64_t tokens) {
   const ModelConfig& c = model.config();
   EncodedContext ctx;
   ctx.tokens = tokens;
   ctx.kv.len = tokens;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    ctx.kv.k.push_back(model.backend().Allocate(
-        DType::kF32, {std::max<int64_t>(tokens, 1), c.num_kv_heads, c.head_dim}));
-    ctx.kv.v.push_back(model.backend().Allocate(
-        DType::kF32, {std::max<int64_t>(tokens, 1), c.num_kv_heads, c.head_dim}));
+    for (auto* list : {&ctx.kv.k, &ctx.kv.v}) {
+      auto t = model.backend().Allocate(model.kv_dtype(),
+                                        {std::max<int64_t>(tokens, 1), c.num_kv_heads, c.head_dim});
+      if (!t.ok()) return t.status();
+      list->push_back(*std::move(t));
+    }
   }
   return ctx;
 }
@@ -31,7 +33,9 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
                                             int32_t bos_id, int64_t groups_per_pass,
                                             const EncodeProgress& progress) {
   const int64_t M = layout.groups();
-  EncodedContext ctx = AllocateContext(model, layout.context_tokens);
+  auto allocated = AllocateContext(model, layout.context_tokens);
+  if (!allocated.ok()) return allocated.status();
+  EncodedContext& ctx = *allocated;
   ctx.groups = M;
   ctx.group_length = layout.group_length;
   int64_t written = 0;
@@ -63,14 +67,17 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
       const KvCache& cache = caches[g - g0];
       const int64_t n = cache.length() - 1;
       for (int64_t l = 0; l < cache.layers(); ++l) {
-        model.backend().Copy(cache.k(l).Rows(1, n + 1), ctx.kv.k[l].Rows(written, written + n));
-        model.backend().Copy(cache.v(l).Rows(1, n + 1), ctx.kv.v[l].Rows(written, written + n));
+        model.backend().Convert(cache.k(l).Rows(1, n + 1), ctx.kv.k[l].Rows(written, written + n));
+        model.backend().Convert(cache.v(l).Rows(1, n + 1), ctx.kv.v[l].Rows(written, written + n));
       }
       written += n;
     }
+    // The group caches die with this batch: their copies must be done (and errors seen) first.
+    auto status = model.backend().Synchronize();
+    if (!status.ok()) return status;
     if (progress) progress(g1, M, written);
   }
-  return ctx;
+  return allocated;
 }
 
 absl::StatusOr<EncodedContext> EncodeWindow(const Transformer& model,
@@ -84,14 +91,18 @@ absl::StatusOr<EncodedContext> EncodeWindow(const Transformer& model,
   auto result = model.Forward({&seq, 1});
   if (!result.ok()) return result.status();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  EncodedContext ctx = AllocateContext(model, n);
+  auto allocated = AllocateContext(model, n);
+  if (!allocated.ok()) return allocated.status();
+  EncodedContext& ctx = *allocated;
   ctx.groups = 1;
   ctx.group_length = n;
   for (int64_t l = 0; l < cache.layers(); ++l) {
-    model.backend().Copy(cache.k(l).Rows(0, n), ctx.kv.k[l].Rows(0, n));
-    model.backend().Copy(cache.v(l).Rows(0, n), ctx.kv.v[l].Rows(0, n));
+    model.backend().Convert(cache.k(l).Rows(0, n), ctx.kv.k[l].Rows(0, n));
+    model.backend().Convert(cache.v(l).Rows(0, n), ctx.kv.v[l].Rows(0, n));
   }
-  return ctx;
+  auto status = model.backend().Synchronize();
+  if (!status.ok()) return status;
+  return allocated;
 }
 
 }  // namespace manyshot

@@ -18,7 +18,7 @@ struct EncodedContext {
   int64_t groups = 0;        // M
   int64_t group_length = 0;  // L
   int64_t tokens = 0;        // context tokens (== kv.len)
-  // Exact bytes of the K/V tensors: 2 * layers * tokens * kv_heads * head_dim * sizeof(f32).
+  // Exact bytes of the K/V tensors: 2 * layers * tokens * kv_heads * head_dim * sizeof(kv dtype).
   size_t bytes() const;
 };
 

@@ -132,7 +132,9 @@ absl::StatusOr<GenerationOutput> BeamSearch(QueryState start, const GenerationPa
       if (next.size() < k) {
         next.push_back({std::move(tokens), p.sum, nullptr});
         next_tokens.push_back(p.token);
-        next.back().state = std::make_unique<QueryState>(live[p.beam].state->Fork());
+        auto fork = live[p.beam].state->Fork();
+        if (!fork.ok()) return fork.status();
+        next.back().state = std::make_unique<QueryState>(*std::move(fork));
       }
     }
     live = std::move(next);

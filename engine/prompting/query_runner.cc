@@ -112,7 +112,9 @@ absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
       scores[i][c].tokens = static_cast<int64_t>(cand.size());
       scores[i][c].sum_logprob = TokenLogProb(first->row(i), vocab, cand[0]);
       if (cand.size() > 1) {
-        forks.push_back(caches[i].Clone());
+        auto fork = caches[i].Clone();
+        if (!fork.ok()) return fork.status();
+        forks.push_back(*std::move(fork));
         owners.push_back({i, c});
       }
     }
@@ -201,12 +203,14 @@ absl::Status QueryState::AdvanceAll(std::vector<QueryState*> states,
   return absl::OkStatus();
 }
 
-QueryState QueryState::Fork() const {
+absl::StatusOr<QueryState> QueryState::Fork() const {
   QueryState copy;
   copy.model_ = model_;
   copy.context_ = context_;
   copy.placement_ = placement_;
-  copy.cache_ = cache_.Clone();
+  auto cache = cache_.Clone();
+  if (!cache.ok()) return cache.status();
+  copy.cache_ = *std::move(cache);
   copy.next_position_ = next_position_;
   copy.next_logprobs_ = next_logprobs_;
   return copy;

@@ -56,7 +56,8 @@ class QueryState {
   // Appends one token to several states in one forward pass.
   static absl::Status AdvanceAll(std::vector<QueryState*> states,
                                  const std::vector<int32_t>& tokens);
-  QueryState Fork() const;
+  // A copy with its own K/V (device memory: may fail).
+  absl::StatusOr<QueryState> Fork() const;
   int64_t own_tokens() const { return cache_.length(); }
 
  private:

@@ -23,8 +23,8 @@ namespace {
 // the output dimension where the forward pass wants one GEMM.
 class WeightReader {
  public:
-  WeightReader(const SafetensorsArchive& archive, Architecture arch, Backend& backend)
-      : archive_(archive), arch_(arch), backend_(backend) {}
+  WeightReader(const SafetensorsArchive& archive, Architecture arch, Backend& backend, DType dtype)
+      : archive_(archive), arch_(arch), backend_(backend), dtype_(dtype) {}
 
   absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape) {
     return Fuse({{std::string(name), shape}}, /*concat_rows=*/true);
@@ -78,8 +78,19 @@ class WeightReader {
         col += width;
       }
     }
-    Tensor t = backend_.Allocate(DType::kF32, shape);
-    backend_.CopyFromHost(host.data(), t);
+    auto t = backend_.Allocate(dtype_, shape);
+    if (!t.ok()) return t.status();
+    if (dtype_ == DType::kF32) {
+      backend_.CopyFromHost(host.data(), *t);
+    } else {  // rounded on the host: the device never holds the f32 copy
+      std::vector<uint16_t> narrow(host.size());
+      for (size_t i = 0; i < host.size(); ++i) {
+        narrow[i] = dtype_ == DType::kBF16 ? F32ToBF16(host[i]) : F32ToF16(host[i]);
+      }
+      backend_.CopyFromHost(narrow.data(), *t);
+    }
+    auto status = backend_.Synchronize();
+    if (!status.ok()) return status;
     return t;
   }
 
@@ -87,6 +98,7 @@ class WeightReader {
   const SafetensorsArchive& archive_;
   Architecture arch_;
   Backend& backend_;
+  DType dtype_;
 };
 
 #define MANYSHOT_ASSIGN(lhs, expr)                              \
@@ -101,9 +113,20 @@ class WeightReader {
 Transformer::~Transformer() = default;
 
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
-    const std::filesystem::path& model_dir, Backend& backend) {
+    const std::filesystem::path& model_dir, Backend& backend, TransformerOptions options) {
   std::unique_ptr<Transformer> model(new Transformer());
   model->backend_ = &backend;
+  model->compute_dtype_ = options.compute.value_or(backend.default_compute_dtype());
+  model->kv_dtype_ = options.kv.value_or(model->compute_dtype_);
+  if (!IsFloat(model->compute_dtype_) || !backend.SupportsComputeDType(model->compute_dtype_)) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", backend.name(),
+                                                   " backend cannot compute in ",
+                                                   std::string(DTypeName(model->compute_dtype_))));
+  }
+  if (!IsFloat(model->kv_dtype_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV dtype ", std::string(DTypeName(model->kv_dtype_)), " is not a float type"));
+  }
   auto config = ParseModelConfig(model_dir / "config.json");
   if (!config.ok()) return config.status();
   model->config_ = *config;
@@ -119,7 +142,7 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   const ModelConfig& c = config_;
   fingerprint_ = absl::StrCat(archive.fingerprint(), "-",
                               std::hash<std::string>{}(ModelConfigToJson(c)) % 1000000007);
-  WeightReader reader(archive, c.architecture, *backend_);
+  WeightReader reader(archive, c.architecture, *backend_, compute_dtype_);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q_out = c.num_heads * D, kv_out = c.num_kv_heads * D;
   if (c.architecture == Architecture::kLlama) {
@@ -193,7 +216,7 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
 
 KvCache Transformer::NewCache(int64_t capacity) const {
   return KvCache(*backend_, config_.num_layers, config_.num_kv_heads, config_.head_dim,
-                 std::max<int64_t>(1, capacity));
+                 std::max<int64_t>(1, capacity), kv_dtype_);
 }
 
 absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSequence> sequences,
@@ -206,7 +229,7 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   // Flatten the batch and validate.
   std::vector<int32_t> ids, positions;
   std::vector<int64_t> begins;
-  std::vector<int64_t> logit_rows;
+  std::vector<int32_t> logit_rows;
   for (size_t s = 0; s < sequences.size(); ++s) {
     const ForwardSequence& seq = sequences[s];
     if (seq.cache == nullptr) return absl::InvalidArgumentError("sequence without a KV cache");
@@ -233,11 +256,12 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
         return absl::InvalidArgumentError(
             absl::StrCat("sequence ", s, ": logit row ", r, " is not one of its tokens"));
       }
-      logit_rows.push_back(begins.back() + r);
+      logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
     }
     ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
     positions.insert(positions.end(), seq.positions.begin(), seq.positions.end());
-    seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
+    auto reserved = seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
+    if (!reserved.ok()) return reserved;
   }
   const int64_t T = static_cast<int64_t>(ids.size());
   ForwardResult result;
@@ -245,20 +269,39 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   if (T == 0) return result;
 
   Backend& b = *backend_;
-  Tensor x = b.Allocate(DType::kF32, {T, H});
-  Tensor h = b.Allocate(DType::kF32, {T, H});
-  Tensor qkv = b.Allocate(DType::kF32, {T, (heads + 2 * kv_heads) * D});
-  Tensor q = b.Allocate(DType::kF32, {T, heads, D});
-  Tensor k = b.Allocate(DType::kF32, {T, kv_heads, D});
-  Tensor v = b.Allocate(DType::kF32, {T, kv_heads, D});
-  Tensor attn = b.Allocate(DType::kF32, {T, heads, D});
-  Tensor up = b.Allocate(DType::kF32, {T, llama ? 2 * I : I});
-  Tensor act = llama ? b.Allocate(DType::kF32, {T, I}) : up;
+  const DType dt = compute_dtype_;
+  // Every activation of the pass, allocated up front so out-of-memory fails before any work.
+  struct Shape {
+    Tensor* t;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  Tensor x, h, qkv, q, k, v, attn, up, act, id_t, pos_t;
+  std::vector<Shape> shapes = {{&x, dt, {T, H}},
+                               {&h, dt, {T, H}},
+                               {&qkv, dt, {T, (heads + 2 * kv_heads) * D}},
+                               {&q, dt, {T, heads, D}},
+                               {&k, dt, {T, kv_heads, D}},
+                               {&v, dt, {T, kv_heads, D}},
+                               {&attn, dt, {T, heads, D}},
+                               {&up, dt, {T, llama ? 2 * I : I}},
+                               {&id_t, DType::kI32, {T}},
+                               {&pos_t, DType::kI32, {T}}};
+  if (llama) shapes.push_back({&act, dt, {T, I}});
+  for (auto& [t, dtype, shape] : shapes) {
+    auto allocated = b.Allocate(dtype, shape);
+    if (!allocated.ok()) return allocated.status();
+    *t = *std::move(allocated);
+  }
+  if (!llama) act = up;
+  // Index arguments go to the device once per pass.
+  b.CopyFromHost(ids.data(), id_t);
+  b.CopyFromHost(positions.data(), pos_t);
   const WeightLayout layout = llama ? WeightLayout::kOutIn : WeightLayout::kInOut;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 
-  b.Embedding(ids, embed_, x, /*accumulate=*/false);
-  if (!llama) b.Embedding(positions, positions_, x, /*accumulate=*/true);
+  b.Embedding(id_t, embed_, x, /*accumulate=*/false);
+  if (!llama) b.Embedding(pos_t, positions_, x, /*accumulate=*/true);
 
   std::vector<AttentionSequence> attn_seqs(sequences.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -271,8 +314,8 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
     b.Linear(h, w.qkv_w, layout, w.qkv_b, qkv);
     b.SplitQkv(qkv, q, k, v);
     if (llama) {
-      b.Rope(q, positions, c.rope_theta);
-      b.Rope(k, positions, c.rope_theta);
+      b.Rope(q, pos_t, c.rope_theta);
+      b.Rope(k, pos_t, c.rope_theta);
     }
     for (size_t s = 0; s < sequences.size(); ++s) {
       const ForwardSequence& seq = sequences[s];
@@ -314,22 +357,34 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   for (const ForwardSequence& seq : sequences) {
     seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
   }
-  if (logit_rows.empty()) return result;
+  if (logit_rows.empty()) {
+    auto status = b.Synchronize();
+    if (!status.ok()) return status;
+    return result;
+  }
 
-  // Final norm and the vocabulary projection, for the requested rows only.
+  // Final norm and the vocabulary projection (f32 logits), for the requested rows only.
   const int64_t R = static_cast<int64_t>(logit_rows.size());
-  Tensor picked = b.Allocate(DType::kF32, {R, H});
-  Tensor normed = b.Allocate(DType::kF32, {R, H});
-  b.GatherRows(x, logit_rows, picked);
+  Tensor rows_t, picked, normed, logits;
+  for (auto& [t, dtype, shape] : std::vector<Shape>{{&rows_t, DType::kI32, {R}},
+                                                    {&picked, dt, {R, H}},
+                                                    {&normed, dt, {R, H}},
+                                                    {&logits, DType::kF32, {R, c.vocab_size}}}) {
+    auto allocated = b.Allocate(dtype, shape);
+    if (!allocated.ok()) return allocated.status();
+    *t = *std::move(allocated);
+  }
+  b.CopyFromHost(logit_rows.data(), rows_t);
+  b.GatherRows(x, rows_t, picked);
   if (llama) {
     b.RmsNorm(picked, final_norm_w_, c.norm_eps, normed);
   } else {
     b.LayerNorm(picked, final_norm_w_, final_norm_b_, c.norm_eps, normed);
   }
-  Tensor logits = b.Allocate(DType::kF32, {R, c.vocab_size});
   b.Linear(normed, lm_head_, WeightLayout::kOutIn, Tensor(), logits);
   result.logits.resize(static_cast<size_t>(R * c.vocab_size));
-  b.CopyToHost(logits, result.logits.data());
+  auto status = b.CopyToHost(logits, result.logits.data());
+  if (!status.ok()) return status;
   return result;
 }
 

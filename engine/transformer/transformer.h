@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ struct ContextKv {
   float log_weight = 0.0f;
 };
 
+// Dtypes of a loaded model: weights and activations in `compute` (f32 accumulation always), own
+// and encoded K/V in `kv`. Unset fields take the backend's default compute dtype.
+struct TransformerOptions {
+  std::optional<DType> compute;
+  std::optional<DType> kv;
+};
+
 struct ForwardResult {
   int64_t vocab_size = 0;
   // [rows, vocab]: the requested rows of every sequence, in sequence order then logit_rows order.
@@ -49,25 +57,31 @@ struct ForwardResult {
 
 class Transformer {
  public:
-  // Loads config.json and the safetensors weights (converted to f32). Errors name the file and
-  // the tensor.
+  // Loads config.json and the safetensors weights (converted to the compute dtype). Errors name
+  // the file and the tensor; a dtype the backend cannot compute in is INVALID_ARGUMENT.
   static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::filesystem::path& model_dir,
-                                                           Backend& backend);
+                                                           Backend& backend,
+                                                           TransformerOptions options = {});
   ~Transformer();
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return *backend_; }
   // Hex fingerprint of config and weights.
   const std::string& fingerprint() const { return fingerprint_; }
-  // The dtype the weights were stored in on disk (they are computed in f32).
+  // The dtype the weights were stored in on disk.
   DType stored_dtype() const { return stored_dtype_; }
+  // Weights and activations; own and encoded K/V.
+  DType compute_dtype() const { return compute_dtype_; }
+  DType kv_dtype() const { return kv_dtype_; }
   // Largest position id the model accepts (learned positions) or a practical bound (RoPE).
   int64_t max_position() const { return config_.max_position_embeddings; }
 
+  // An empty cache in the KV dtype; `capacity` rows are allocated by the first forward pass.
   KvCache NewCache(int64_t capacity) const;
 
   // Runs every sequence's new tokens through the model. Validates ids and positions
-  // (INVALID_ARGUMENT naming the sequence and index).
+  // (INVALID_ARGUMENT naming the sequence and index). Returns after the backend has finished
+  // (the caches hold the new K/V); a device error or out-of-memory is the returned status.
   absl::StatusOr<ForwardResult> Forward(absl::Span<const ForwardSequence> sequences,
                                         const ContextKv* context = nullptr) const;
 
@@ -80,6 +94,8 @@ class Transformer {
   ModelConfig config_;
   std::string fingerprint_;
   DType stored_dtype_ = DType::kF32;
+  DType compute_dtype_ = DType::kF32;
+  DType kv_dtype_ = DType::kF32;
   std::vector<std::unique_ptr<Layer>> layers_;
   Tensor embed_;      // [V, H]
   Tensor positions_;  // GPT-2 wpe [P, H]

@@ -66,7 +66,7 @@ TEST(KvStreamTest, ChunksReassembleBitExactAtAnyChunkSize) {
     auto shape = ShapeOf(ctx);
     ASSERT_TRUE(shape.ok());
     for (size_t chunk_bytes : {4u, 64u, 1000u, 4096u, 1u << 20}) {
-      EncodedContext out = AllocateContext(backend, *shape);
+      EncodedContext out = *AllocateContext(backend, *shape);
       PayloadAssembler assembler(&out, dtype, backend);
       size_t total = 0, chunks = 0;
       ASSERT_TRUE(ForEachPayloadChunk(ctx, backend, chunk_bytes,
@@ -91,7 +91,7 @@ TEST(KvStreamTest, SixteenBitStorageWidensExactlyIntoF32) {
   const EncodedContext bf16 = *ConvertContext(f32, DType::kBF16, backend);
   KvShape shape = *ShapeOf(bf16);
   shape.dtype = DType::kF32;
-  EncodedContext widened = AllocateContext(backend, shape);
+  EncodedContext widened = *AllocateContext(backend, shape);
   PayloadAssembler assembler(&widened, DType::kBF16, backend);
   ASSERT_TRUE(ForEachPayloadChunk(bf16, backend, 100, [&](uint64_t, std::string_view b) {
                 assembler.Feed(b);

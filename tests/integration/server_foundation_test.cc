@@ -103,6 +103,12 @@ TEST_F(ServerFoundationTest, MetricsEndpointSpeaksPrometheusText) {
   ASSERT_NE(build, nullptr);
   EXPECT_EQ(build->value, 1.0);
   EXPECT_EQ(build->labels.at("version"), "0.1.0");
+  // What was built, and (separately) what runs: on these machines the CPU, whatever was built.
+  EXPECT_EQ(build->labels.at("cuda_built"), MANYSHOT_CUDA_ENABLED ? "true" : "false");
+  const PrometheusSample* backend = scrape->Find("manyshot_backend_info");
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->labels.at("backend"), "cpu");
+  EXPECT_EQ(backend->labels.at("compute_dtype"), "f32");
   EXPECT_EQ(scrape->types.at("process_cpu_seconds_total"), "counter");
   ASSERT_NE(scrape->Find("process_resident_memory_bytes"), nullptr);
   EXPECT_GT(scrape->Find("process_resident_memory_bytes")->value, 1e6);
@@ -118,6 +124,11 @@ TEST_F(ServerFoundationTest, ServerInfoAndUnbackedMethodsAnswerClearly) {
     ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
     EXPECT_EQ(info.version(), "0.1.0");
     EXPECT_EQ(info.backend().name(), "cpu");
+    EXPECT_EQ(info.backend().cuda_built(), MANYSHOT_CUDA_ENABLED != 0);
+    EXPECT_EQ(info.backend().compute_dtype(), "f32");
+    // No GPU on these machines: the server says why it chose the CPU.
+    EXPECT_NE(info.backend().selection().find("no usable GPU"), std::string::npos)
+        << info.backend().selection();
     EXPECT_GT(info.start_time().seconds(), 0);
   }
 }

@@ -23,7 +23,10 @@ uint64_t SplitMix(uint64_t* state) {
 std::vector<std::byte> HostBytes(const Tensor& t, int64_t rows, Backend& backend) {
   const Tensor view = t.Rows(0, rows);
   std::vector<std::byte> out(view.bytes());
-  if (!out.empty()) backend.CopyToHost(view, out.data());
+  if (!out.empty()) {
+    const absl::Status status = backend.CopyToHost(view, out.data());
+    EXPECT_TRUE(status.ok()) << status;
+  }
   return out;
 }
 
@@ -71,7 +74,7 @@ EncodedContext SyntheticContext(Backend& backend, uint64_t seed, int64_t layers,
   KvShape shape{DType::kF32,        layers,   tokens,
                 kv_heads,           head_dim, /*groups=*/(tokens + 47) / 48,
                 /*group_length=*/48};
-  EncodedContext ctx = AllocateContext(backend, shape);
+  EncodedContext ctx = *AllocateContext(backend, shape);
   uint64_t state = seed;
   std::vector<float> host(static_cast<size_t>(std::max<int64_t>(tokens, 1) * kv_heads * head_dim));
   for (size_t l = 0; l < ctx.kv.k.size(); ++l) {

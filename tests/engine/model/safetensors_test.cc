@@ -42,6 +42,8 @@ float Rounded(float v, DType dtype) {
       return F16ToF32(F32ToF16(v));
     case DType::kBF16:
       return BF16ToF32(F32ToBF16(v));
+    case DType::kI32:
+      break;
   }
   return v;
 }

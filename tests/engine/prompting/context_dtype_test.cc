@@ -20,7 +20,7 @@ EncodedContext Narrow(const EncodedContext& ctx, DType dtype, bool widen) {
   out.kv.v.clear();
   for (const auto* list : {&ctx.kv.k, &ctx.kv.v}) {
     for (const Tensor& t : *list) {
-      Tensor n = backend.Allocate(widen ? DType::kF32 : dtype, t.shape());
+      Tensor n = *backend.Allocate(widen ? DType::kF32 : dtype, t.shape());
       for (int64_t i = 0; i < t.numel(); ++i) {
         float x = t.data<float>()[i];
         uint16_t h = dtype == DType::kBF16 ? F32ToBF16(x) : F32ToF16(x);

@@ -49,10 +49,7 @@ std::pair<double, double> PlainScore(const Transformer& model, std::vector<int32
   return {sum, sum / static_cast<double>(candidate.size())};
 }
 
-class IdentitiesTest : public ::testing::TestWithParam<std::string> {
- protected:
-  const Transformer& model() { return GoldenModel(GetParam()); }
-};
+class IdentitiesTest : public ModelBackendTest {};
 
 TEST_P(IdentitiesTest, OneFullGroupWithFactorOneIsThePlainPrompt) {
   std::mt19937 rng(11);
@@ -182,12 +179,7 @@ TEST_P(IdentitiesTest, ConventionalIsThePlainPromptOverItsWindow) {
   EXPECT_NEAR((*scores)[0][0].sum_logprob, sum, kIdentityTolerance);
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::string>& param) { return param.param; }
-
-INSTANTIATE_TEST_SUITE_P(AllFamilies, IdentitiesTest,
-                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kGoldenModels),
-                                                                      std::end(kGoldenModels))),
-                         ParamName);
+MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(IdentitiesTest);
 
 }  // namespace
 }  // namespace manyshot::testing

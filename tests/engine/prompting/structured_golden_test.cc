@@ -33,11 +33,11 @@ Alignment ParseAlignment(const std::string& s) {
   return Alignment::kTruncate;
 }
 
-class StructuredGoldenTest : public ::testing::TestWithParam<std::string> {};
+class StructuredGoldenTest : public ModelBackendTest {};
 
 TEST_P(StructuredGoldenTest, LayoutsScoresAndGenerations) {
-  const auto& golden = StructuredGolden(GetParam());
-  const Transformer& model = GoldenModel(golden["model"]);
+  const auto& golden = StructuredGolden(family());
+  const Transformer& model = this->model(golden["model"]);
   for (const auto& c : golden["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
     const auto demos = c["demonstrations"].get<std::vector<std::vector<int32_t>>>();
@@ -131,12 +131,7 @@ TEST_P(StructuredGoldenTest, LayoutsScoresAndGenerations) {
   }
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::string>& param) { return param.param; }
-
-INSTANTIATE_TEST_SUITE_P(AllFamilies, StructuredGoldenTest,
-                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kGoldenModels),
-                                                                      std::end(kGoldenModels))),
-                         ParamName);
+MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(StructuredGoldenTest);
 
 }  // namespace
 }  // namespace manyshot::testing

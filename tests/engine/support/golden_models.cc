@@ -95,6 +95,52 @@ const Transformer& GoldenModel(const std::string& name) {
   return *slot;
 }
 
+Backend* NamedTestBackend(const std::string& backend, std::string* why_not) {
+  if (backend == "cpu") return &TestBackend();
+  static std::unique_ptr<Backend> cuda;
+  static std::string cuda_error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto created = CreateBackend(BackendKind::kCuda, 0, 0);
+    if (created.ok()) {
+      cuda = *std::move(created);
+    } else {
+      cuda_error = std::string(created.status().message());
+    }
+  });
+  if (why_not) *why_not = cuda_error;
+  return cuda.get();
+}
+
+const Transformer& GoldenModelOn(const std::string& name, const std::string& backend) {
+  if (backend == "cpu") return GoldenModel(name);
+  static std::map<std::string, std::unique_ptr<Transformer>> models;
+  auto dir = GoldenModelDir(name);
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto& slot = models[name + "@" + backend];
+  if (!slot) {
+    Backend* b = NamedTestBackend(backend, nullptr);
+    EXPECT_NE(b, nullptr);
+    TransformerOptions options;
+    options.compute = DType::kF32;
+    options.kv = DType::kF32;
+    auto loaded = Transformer::Load(dir, *b, options);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    slot = *std::move(loaded);
+  }
+  return *slot;
+}
+
+std::vector<ModelOnBackend> GoldenModelsOn(const std::string& backend) {
+  std::vector<ModelOnBackend> out;
+  for (const char* name : kGoldenModels) out.push_back({name, backend});
+  return out;
+}
+
+std::string ModelOnBackendName(const ::testing::TestParamInfo<ModelOnBackend>& info) {
+  return info.param.model;
+}
+
 const Tokenizer& Gpt2Tokenizer() {
   static std::unique_ptr<Tokenizer> tokenizer = [] {
     auto t = LoadTokenizer(MANYSHOT_GPT2_TOKENIZER_DIR);

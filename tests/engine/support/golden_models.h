@@ -6,10 +6,12 @@
 #include <memory>
 #include <string>
 
+#include "engine/backends/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/prompting/icl_task.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/transformer/transformer.h"
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot::testing {
@@ -25,6 +27,53 @@ CpuBackend& TestBackend();
 
 // The golden's model loaded on TestBackend() (once per process).
 const Transformer& GoldenModel(const std::string& name);
+
+// Model-level tests run on every backend this build has: "cpu" always, and "cuda" (instantiated
+// with the prefix Cuda, ctest label gpu), which computes in f32 there so that the goldens hold at
+// their f32 tolerance; the bf16/f16 paths are checked against the CPU in tests/engine/backend.
+// The shared backend of that name, or nullptr with the reason it cannot run here (not built, no
+// usable GPU: the driver's own message).
+Backend* NamedTestBackend(const std::string& backend, std::string* why_not);
+// The golden's model loaded on NamedTestBackend(backend) (once per process and backend).
+const Transformer& GoldenModelOn(const std::string& name, const std::string& backend);
+
+// The parameter of model-level tests: a golden model family on a backend.
+struct ModelOnBackend {
+  std::string model;
+  std::string backend;
+};
+inline void PrintTo(const ModelOnBackend& p, std::ostream* os) {
+  *os << p.model << "@" << p.backend;
+}
+// Every golden family on `backend`, and test names "gpt2", "llama", ...
+std::vector<ModelOnBackend> GoldenModelsOn(const std::string& backend);
+std::string ModelOnBackendName(const ::testing::TestParamInfo<ModelOnBackend>& info);
+
+// Skips (reporting why) when the backend cannot run here; model() is the golden on it.
+class ModelBackendTest : public ::testing::TestWithParam<ModelOnBackend> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (NamedTestBackend(GetParam().backend, &why) == nullptr) {
+      GTEST_SKIP() << "backend " << GetParam().backend << " cannot run here: " << why;
+    }
+  }
+  const std::string& family() const { return GetParam().model; }
+  const Transformer& model() const { return GoldenModelOn(GetParam().model, GetParam().backend); }
+  const Transformer& model(const std::string& name) const {
+    return GoldenModelOn(name, GetParam().backend);
+  }
+};
+
+// Instantiates a ModelBackendTest suite for every family on the CPU, and again under the prefix
+// Cuda on the CUDA backend (those tests carry the ctest label gpu: tests/CMakeLists.txt).
+#define MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(suite)                                         \
+  INSTANTIATE_TEST_SUITE_P(AllFamilies, suite,                                               \
+                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("cpu")),  \
+                           ::manyshot::testing::ModelOnBackendName);                         \
+  INSTANTIATE_TEST_SUITE_P(Cuda, suite,                                                      \
+                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("cuda")), \
+                           ::manyshot::testing::ModelOnBackendName)
 
 // The real GPT-2 tokenizer (MANYSHOT_GPT2_TOKENIZER_DIR), loaded once; aborts if missing.
 const Tokenizer& Gpt2Tokenizer();

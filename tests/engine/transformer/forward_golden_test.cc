@@ -45,11 +45,11 @@ double Compare(const float* row, int64_t vocab, const std::vector<int64_t>& subs
   return max_diff;
 }
 
-class ForwardGoldenTest : public ::testing::TestWithParam<std::string> {};
+class ForwardGoldenTest : public ModelBackendTest {};
 
 TEST_P(ForwardGoldenTest, PrefillBatchedAndAlone) {
-  const auto& golden = ForwardGolden(GetParam());
-  const Transformer& model = GoldenModel(GetParam());
+  const auto& golden = ForwardGolden(family());
+  const Transformer& model = this->model();
   const auto subset = golden["vocab_subset"].get<std::vector<int64_t>>();
   for (const auto& c : golden["cases"]) {
     auto seqs = Sequences(c);
@@ -70,7 +70,7 @@ TEST_P(ForwardGoldenTest, PrefillBatchedAndAlone) {
             worst, Compare(result->row(row), result->vocab_size, subset, s.logits[r], s.argmax[r]));
       }
     }
-    EXPECT_LE(worst, kTolerance) << GetParam() << " case " << c["name"];
+    EXPECT_LE(worst, kTolerance) << family() << " case " << c["name"];
     RecordProperty(std::string("max_abs_diff_") + c["name"].get<std::string>(),
                    std::to_string(worst));
     // Each sequence alone gives the same logits as inside the batch (to the golden tolerance:
@@ -91,8 +91,8 @@ TEST_P(ForwardGoldenTest, PrefillBatchedAndAlone) {
 }
 
 TEST_P(ForwardGoldenTest, IncrementalDecodeMatchesPrefill) {
-  const auto& golden = ForwardGolden(GetParam());
-  const Transformer& model = GoldenModel(GetParam());
+  const auto& golden = ForwardGolden(family());
+  const Transformer& model = this->model();
   const auto subset = golden["vocab_subset"].get<std::vector<int64_t>>();
   for (const auto& c : golden["cases"]) {
     auto seqs = Sequences(c);
@@ -132,22 +132,24 @@ TEST_P(ForwardGoldenTest, IncrementalDecodeMatchesPrefill) {
         done[i] += batch[b].tokens.size();
       }
     }
-    EXPECT_LE(worst, kTolerance) << GetParam() << " case " << c["name"];
+    EXPECT_LE(worst, kTolerance) << family() << " case " << c["name"];
     RecordProperty(std::string("max_abs_diff_") + c["name"].get<std::string>(),
                    std::to_string(worst));
   }
 }
 
 TEST_P(ForwardGoldenTest, ClonedCacheContinuesIdentically) {
-  const Transformer& model = GoldenModel(GetParam());
-  const auto seqs = Sequences(ForwardGolden(GetParam())["cases"][0]);
+  const Transformer& model = this->model();
+  const auto seqs = Sequences(ForwardGolden(family())["cases"][0]);
   const auto& s = seqs[0];
   KvCache cache = model.NewCache(2);
   std::vector<int64_t> none;
   ForwardSequence prefix{absl::Span<const int32_t>(s.tokens).subspan(0, 6),
                          absl::Span<const int32_t>(s.positions).subspan(0, 6), &cache, none};
   ASSERT_TRUE(model.Forward({&prefix, 1}).ok());
-  KvCache fork = cache.Clone();
+  auto cloned = cache.Clone();
+  ASSERT_TRUE(cloned.ok()) << cloned.status();
+  KvCache fork = *std::move(cloned);
   std::vector<int64_t> last = {0};
   ForwardSequence a{absl::Span<const int32_t>(s.tokens).subspan(6, 1),
                     absl::Span<const int32_t>(s.positions).subspan(6, 1), &cache, last};
@@ -160,7 +162,7 @@ TEST_P(ForwardGoldenTest, ClonedCacheContinuesIdentically) {
 }
 
 TEST_P(ForwardGoldenTest, RejectsBadIdsAndPositions) {
-  const Transformer& model = GoldenModel(GetParam());
+  const Transformer& model = this->model();
   KvCache cache = model.NewCache(2);
   std::vector<int32_t> tokens = {1, static_cast<int32_t>(model.config().vocab_size)};
   std::vector<int32_t> positions = {0, 1};
@@ -175,12 +177,7 @@ TEST_P(ForwardGoldenTest, RejectsBadIdsAndPositions) {
   EXPECT_EQ(cache.length(), 0);
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::string>& param) { return param.param; }
-
-INSTANTIATE_TEST_SUITE_P(AllFamilies, ForwardGoldenTest,
-                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kGoldenModels),
-                                                                      std::end(kGoldenModels))),
-                         ParamName);
+MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(ForwardGoldenTest);
 
 }  // namespace
 }  // namespace manyshot::testing

@@ -1,0 +1,35 @@
+// Creating a backend by name, for every backend this build contains. The server, the benchmarks
+// and the tests choose backends only through here.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/backend.h"
+
+namespace manyshot {
+
+enum class BackendKind { kCpu, kCuda };
+
+// "cpu" or "cuda"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name);
+const char* BackendKindName(BackendKind kind);
+
+// Whether this binary was built with the CUDA backend.
+bool CudaBuilt();
+
+// Whether a CUDA device can be used now: OK with the count, or why not ("not built", the driver's
+// error, "no CUDA device").
+absl::StatusOr<int> CudaDevicesAvailable();
+
+// kCpu: `threads` compute threads (<= 0: every core), `device` must be 0. kCuda: device `device`;
+// FAILED_PRECONDITION naming the reason when CUDA is not built or no GPU can be used.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, int threads);
+
+// The server's default: CUDA when a device is available, else the CPU. `why` receives one line
+// saying which and why.
+BackendKind DefaultBackendKind(std::string* why);
+
+}  // namespace manyshot

@@ -1,0 +1,469 @@
+// The checked fronts of every backend op (see backend.h): shapes, dtypes and devices are verified
+// here, once for all backends, before an implementation sees them.
+#include "engine/core/backend.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot {
+namespace {
+
+std::string Describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return absl::StrCat(std::string(DTypeName(t.dtype())), t.ShapeString(),
+                      t.device() == Device::kCPU ? "@cpu" : "@cuda");
+}
+
+// Collects the first failed condition of a front as an INVALID_ARGUMENT naming the op.
+class Checker {
+ public:
+  explicit Checker(const char* op) : op_(op) {}
+  Checker& That(bool condition, const std::string& what) {
+    if (!condition && status_.ok()) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(op_, ": ", what));
+    }
+    return *this;
+  }
+  Checker& Defined(const Tensor& t, const char* name) {
+    return That(t.defined(), absl::StrCat(name, " is undefined"));
+  }
+  Checker& On(const Tensor& t, Device device, const char* name) {
+    return That(!t.defined() || t.device() == device,
+                absl::StrCat(name, " ", Describe(t), " is not on this backend's device"));
+  }
+  Checker& Float(const Tensor& t, const char* name) {
+    return That(!t.defined() || IsFloat(t.dtype()),
+                absl::StrCat(name, " ", Describe(t), " must be a float tensor"));
+  }
+  Checker& Is(const Tensor& t, DType dtype, const char* name) {
+    return That(!t.defined() || t.dtype() == dtype,
+                absl::StrCat(name, " ", Describe(t), " must be ", std::string(DTypeName(dtype))));
+  }
+  Checker& Rank(const Tensor& t, size_t rank, const char* name) {
+    return That(!t.defined() || t.rank() == rank,
+                absl::StrCat(name, " ", Describe(t), " must have rank ", rank));
+  }
+  Checker& SameDType(const Tensor& a, const Tensor& b, const char* an, const char* bn) {
+    return That(!a.defined() || !b.defined() || a.dtype() == b.dtype(),
+                absl::StrCat(an, " ", Describe(a), " and ", bn, " ", Describe(b),
+                             " must have the same dtype"));
+  }
+  Checker& SameNumel(const Tensor& a, const Tensor& b, const char* an, const char* bn) {
+    return That(a.numel() == b.numel(), absl::StrCat(an, " ", Describe(a), " and ", bn, " ",
+                                                     Describe(b), " must have as many elements"));
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const char* op_;
+  absl::Status status_;
+};
+
+int64_t LastDim(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(t.rank() - 1); }
+int64_t LeadingRows(const Tensor& t) {
+  const int64_t last = LastDim(t);
+  return last == 0 ? 0 : t.numel() / last;
+}
+
+}  // namespace
+
+template <typename Check, typename Impl>
+void Backend::Dispatch(const char* op, Check&& check, Impl&& impl) {
+  Checker checker(op);
+  check(checker);
+  if (!checker.status().ok()) {
+    RecordError(checker.status());
+    return;
+  }
+  if (HasError()) return;  // an earlier op of this thread failed: its outputs are garbage
+  absl::Status status = impl();
+  if (!status.ok()) RecordError(std::move(status));
+}
+
+bool Backend::HasError() const {
+  std::lock_guard<std::mutex> lock(errors_mutex_);
+  return errors_.count(std::this_thread::get_id()) != 0;
+}
+
+void Backend::RecordError(absl::Status status) {
+  std::lock_guard<std::mutex> lock(errors_mutex_);
+  errors_.emplace(std::this_thread::get_id(), std::move(status));  // keeps the first
+}
+
+absl::Status Backend::TakeError() {
+  std::lock_guard<std::mutex> lock(errors_mutex_);
+  auto it = errors_.find(std::this_thread::get_id());
+  if (it == errors_.end()) return absl::OkStatus();
+  absl::Status status = std::move(it->second);
+  errors_.erase(it);
+  return status;
+}
+
+absl::StatusOr<Tensor> Backend::Allocate(DType dtype, std::vector<int64_t> shape) {
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("Allocate: negative dimension");
+  }
+  return AllocateImpl(dtype, std::move(shape));
+}
+
+absl::StatusOr<Tensor> Backend::AllocateHost(DType dtype, std::vector<int64_t> shape) {
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("AllocateHost: negative dimension");
+  }
+  return AllocateHostImpl(dtype, std::move(shape));
+}
+
+void Backend::CopyFromHost(const void* src, const Tensor& dst) {
+  Dispatch(
+      "CopyFromHost",
+      [&](Checker& c) {
+        c.Defined(dst, "dst")
+            .On(dst, device(), "dst")
+            .That(src != nullptr || dst.bytes() == 0, "null source");
+      },
+      [&] { return dst.bytes() == 0 ? absl::OkStatus() : CopyFromHostImpl(src, dst); });
+}
+
+void Backend::CopyFromHostAsync(const Tensor& src, const Tensor& dst) {
+  Dispatch(
+      "CopyFromHostAsync",
+      [&](Checker& c) {
+        c.Defined(src, "src").Defined(dst, "dst").On(src, Device::kCPU, "src");
+        c.On(dst, device(), "dst").That(src.bytes() == dst.bytes(), "src and dst sizes differ");
+      },
+      [&] { return dst.bytes() == 0 ? absl::OkStatus() : CopyFromHostAsyncImpl(src, dst); });
+}
+
+absl::Status Backend::CopyToHost(const Tensor& src, void* dst) {
+  Dispatch(
+      "CopyToHost",
+      [&](Checker& c) {
+        c.Defined(src, "src")
+            .On(src, device(), "src")
+            .That(dst != nullptr || src.bytes() == 0, "null destination");
+      },
+      [&] { return src.bytes() == 0 ? SynchronizeImpl() : CopyToHostImpl(src, dst); });
+  return TakeError();
+}
+
+void Backend::Copy(const Tensor& src, const Tensor& dst) {
+  Dispatch(
+      "Copy",
+      [&](Checker& c) {
+        c.Defined(src, "src").Defined(dst, "dst").On(src, device(), "src").On(dst, device(), "dst");
+        c.SameDType(src, dst, "src", "dst").SameNumel(src, dst, "src", "dst");
+      },
+      [&] { return src.bytes() == 0 ? absl::OkStatus() : CopyImpl(src, dst); });
+}
+
+void Backend::Convert(const Tensor& src, const Tensor& dst) {
+  Dispatch(
+      "Convert",
+      [&](Checker& c) {
+        c.Defined(src, "src").Defined(dst, "dst").On(src, device(), "src").On(dst, device(), "dst");
+        c.Float(src, "src").Float(dst, "dst").SameNumel(src, dst, "src", "dst");
+      },
+      [&] {
+        if (src.numel() == 0) return absl::OkStatus();
+        return src.dtype() == dst.dtype() ? CopyImpl(src, dst) : ConvertImpl(src, dst);
+      });
+}
+
+absl::Status Backend::Synchronize() {
+  absl::Status wait = SynchronizeImpl();
+  absl::Status first = TakeError();
+  return first.ok() ? wait : first;
+}
+
+void Backend::Embedding(const Tensor& ids, const Tensor& table, const Tensor& out,
+                        bool accumulate) {
+  Dispatch(
+      "Embedding",
+      [&](Checker& c) {
+        c.Defined(ids, "ids").Defined(table, "table").Defined(out, "out");
+        c.On(ids, device(), "ids").On(table, device(), "table").On(out, device(), "out");
+        c.Is(ids, DType::kI32, "ids").Rank(ids, 1, "ids").Rank(table, 2, "table");
+        c.Rank(out, 2, "out").Float(table, "table").SameDType(table, out, "table", "out");
+        if (!c.status().ok()) return;
+        c.That(
+            out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1),
+            absl::StrCat("out ", Describe(out), " must be [", ids.dim(0), ", ", table.dim(1), "]"));
+      },
+      [&] { return EmbeddingImpl(ids, table, out, accumulate); });
+}
+
+void Backend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  Dispatch(
+      "GatherRows",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(rows, "rows").Defined(out, "out");
+        c.On(x, device(), "x").On(rows, device(), "rows").On(out, device(), "out");
+        c.Is(rows, DType::kI32, "rows").Rank(rows, 1, "rows").SameDType(x, out, "x", "out");
+        if (!c.status().ok()) return;
+        c.That(x.rank() >= 1 && out.rank() == x.rank() && out.dim(0) == rows.dim(0) &&
+                   out.RowBytes() == x.RowBytes(),
+               absl::StrCat("out ", Describe(out), " must hold ", rows.dim(0), " rows of x ",
+                            Describe(x)));
+      },
+      [&] { return rows.numel() == 0 ? absl::OkStatus() : GatherRowsImpl(x, rows, out); });
+}
+
+void Backend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  Dispatch(
+      "RmsNorm",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(weight, "weight").Defined(out, "out");
+        c.On(x, device(), "x").On(weight, device(), "weight").On(out, device(), "out");
+        c.Float(x, "x").SameDType(x, weight, "x", "weight").SameDType(x, out, "x", "out");
+        c.That(x.shape() == out.shape(), "x and out shapes differ");
+        c.That(weight.numel() == LastDim(x), "weight must have x's last dimension");
+      },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : RmsNormImpl(x, weight, eps, out); });
+}
+
+void Backend::LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                        const Tensor& out) {
+  Dispatch(
+      "LayerNorm",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(weight, "weight").Defined(bias, "bias").Defined(out, "out");
+        c.On(x, device(), "x").On(weight, device(), "weight").On(bias, device(), "bias");
+        c.On(out, device(), "out").Float(x, "x").SameDType(x, weight, "x", "weight");
+        c.SameDType(x, bias, "x", "bias").SameDType(x, out, "x", "out");
+        c.That(x.shape() == out.shape(), "x and out shapes differ");
+        c.That(weight.numel() == LastDim(x) && bias.numel() == LastDim(x),
+               "weight and bias must have x's last dimension");
+      },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : LayerNormImpl(x, weight, bias, eps, out); });
+}
+
+void Backend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
+                     const Tensor& out) {
+  Dispatch(
+      "Linear",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(weight, "weight").Defined(out, "out");
+        c.On(x, device(), "x").On(weight, device(), "weight").On(bias, device(), "bias");
+        c.On(out, device(), "out").Float(x, "x").SameDType(x, weight, "x", "weight");
+        c.SameDType(x, bias, "x", "bias").Rank(weight, 2, "weight");
+        c.That(out.dtype() == x.dtype() || out.dtype() == DType::kF32,
+               absl::StrCat("out ", Describe(out), " must be ", std::string(DTypeName(x.dtype())),
+                            " or f32"));
+        if (!c.status().ok()) return;
+        const int64_t in = layout == WeightLayout::kOutIn ? weight.dim(1) : weight.dim(0);
+        const int64_t outf = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
+        c.That(LastDim(x) == in,
+               absl::StrCat("x ", Describe(x), " does not match weight ", Describe(weight)));
+        c.That(LastDim(out) == outf && LeadingRows(out) == LeadingRows(x),
+               absl::StrCat("out ", Describe(out), " must be [", LeadingRows(x), ", ", outf, "]"));
+        c.That(!bias.defined() || bias.numel() == outf, "bias must have the output dimension");
+      },
+      [&] {
+        return LeadingRows(x) == 0 ? absl::OkStatus() : LinearImpl(x, weight, layout, bias, out);
+      });
+}
+
+void Backend::Rope(const Tensor& x, const Tensor& positions, float theta) {
+  Dispatch(
+      "Rope",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(positions, "positions").On(x, device(), "x");
+        c.On(positions, device(), "positions").Float(x, "x").Rank(x, 3, "x");
+        c.Is(positions, DType::kI32, "positions").Rank(positions, 1, "positions");
+        if (!c.status().ok()) return;
+        c.That(positions.dim(0) == x.dim(0), "one position per row of x");
+        c.That(x.dim(2) % 2 == 0, "head_dim must be even");
+      },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : RopeImpl(x, positions, theta); });
+}
+
+void Backend::GeluTanh(const Tensor& x) {
+  Dispatch(
+      "GeluTanh", [&](Checker& c) { c.Defined(x, "x").On(x, device(), "x").Float(x, "x"); },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : GeluTanhImpl(x); });
+}
+
+void Backend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
+  Dispatch(
+      "SwiGlu",
+      [&](Checker& c) {
+        c.Defined(gate_up, "gate_up").Defined(out, "out").On(gate_up, device(), "gate_up");
+        c.On(out, device(), "out")
+            .Float(gate_up, "gate_up")
+            .SameDType(gate_up, out, "gate_up", "out");
+        c.Rank(gate_up, 2, "gate_up").Rank(out, 2, "out");
+        if (!c.status().ok()) return;
+        c.That(gate_up.dim(0) == out.dim(0) && gate_up.dim(1) == 2 * out.dim(1),
+               "gate_up must be [T, 2I] for out [T, I]");
+      },
+      [&] { return out.numel() == 0 ? absl::OkStatus() : SwiGluImpl(gate_up, out); });
+}
+
+void Backend::SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  Dispatch(
+      "SplitQkv",
+      [&](Checker& c) {
+        for (auto [t, n] : {std::pair{&qkv, "qkv"}, {&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+          c.Defined(*t, n).On(*t, device(), n).SameDType(qkv, *t, "qkv", n);
+        }
+        if (!c.status().ok()) return;
+        const int64_t rows = qkv.dim(0);
+        c.That(q.dim(0) == rows && k.dim(0) == rows && v.dim(0) == rows, "row counts differ");
+        c.That(q.numel() + k.numel() + v.numel() == qkv.numel(),
+               "q, k and v must split qkv's columns exactly");
+      },
+      [&] { return qkv.numel() == 0 ? absl::OkStatus() : SplitQkvImpl(qkv, q, k, v); });
+}
+
+void Backend::Add(const Tensor& x, const Tensor& y) {
+  Dispatch(
+      "Add",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(y, "y").On(x, device(), "x").On(y, device(), "y");
+        c.Float(x, "x").SameDType(x, y, "x", "y").SameNumel(x, y, "x", "y");
+      },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : AddImpl(x, y); });
+}
+
+namespace {
+
+// Checks shared by AttendOwn and AttendContext: q and the state, and every sequence's rows.
+void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
+                        absl::Span<const AttentionSequence> sequences, const AttentionState& out) {
+  c.Defined(q, "q").Defined(out.o, "out.o").Defined(out.lse, "out.lse");
+  c.On(q, device, "q").On(out.o, device, "out.o").On(out.lse, device, "out.lse");
+  c.Float(q, "q").Rank(q, 3, "q").SameDType(q, out.o, "q", "out.o");
+  c.Is(out.lse, DType::kF32, "out.lse").Rank(out.lse, 2, "out.lse");
+  if (!c.status().ok()) return;
+  c.That(out.o.shape() == q.shape(), "out.o must have q's shape");
+  c.That(out.lse.dim(0) == q.dim(0) && out.lse.dim(1) == q.dim(1), "out.lse must be [T, heads]");
+  for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
+    const AttentionSequence& seq = sequences[s];
+    c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0),
+           absl::StrCat("sequence ", s, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
+                        ") are outside q's ", q.dim(0), " rows"));
+    c.That(seq.kv_len >= seq.q_len,
+           absl::StrCat("sequence ", s, ": kv_len ", seq.kv_len, " < q_len ", seq.q_len));
+    c.That(seq.kv_len <= std::numeric_limits<int32_t>::max(), "kv_len too large");
+  }
+}
+
+// K/V of one attention source: same dtype, [rows >= len, kv_heads, head_dim], kv_heads | heads.
+void CheckKeys(Checker& c, Device device, const Tensor& q, const Tensor* k, const Tensor* v,
+               int64_t len, const std::string& what) {
+  c.That(k != nullptr && v != nullptr && k->defined() && v->defined(),
+         absl::StrCat(what, ": k/v are missing"));
+  if (!c.status().ok()) return;
+  c.On(*k, device, "k").On(*v, device, "v").Float(*k, "k").SameDType(*k, *v, "k", "v");
+  c.Rank(*k, 3, "k").That(k->shape() == v->shape(), absl::StrCat(what, ": k and v shapes differ"));
+  if (!c.status().ok()) return;
+  c.That(k->dim(0) >= len, absl::StrCat(what, ": ", len, " keys but k has ", k->dim(0), " rows"));
+  c.That(k->dim(2) == q.dim(2), absl::StrCat(what, ": head_dim ", k->dim(2), " != q's ", q.dim(2)));
+  c.That(
+      k->dim(1) > 0 && q.dim(1) % k->dim(1) == 0,
+      absl::StrCat(what, ": ", q.dim(1), " heads are not a multiple of ", k->dim(1), " kv heads"));
+}
+
+}  // namespace
+
+void Backend::AttendOwn(const Tensor& q, absl::Span<const AttentionSequence> sequences, float scale,
+                        const AttentionState& out) {
+  Dispatch(
+      "AttendOwn",
+      [&](Checker& c) {
+        CheckAttentionRows(c, device(), q, sequences, out);
+        for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
+          CheckKeys(c, device(), q, sequences[s].k, sequences[s].v, sequences[s].kv_len,
+                    absl::StrCat("sequence ", s));
+          if (s > 0 && c.status().ok()) {
+            c.That(sequences[s].k->dtype() == sequences[0].k->dtype(),
+                   "every sequence's own K/V must have one dtype");
+          }
+        }
+      },
+      [&] { return AttendOwnImpl(q, sequences, scale, out); });
+}
+
+void Backend::AttendContext(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                            const AttentionContext& context, float scale,
+                            const AttentionState& out) {
+  Dispatch(
+      "AttendContext",
+      [&](Checker& c) {
+        CheckAttentionRows(c, device(), q, sequences, out);
+        c.That(context.len >= 0, "negative context length");
+        if (context.len > 0)
+          CheckKeys(c, device(), q, context.k, context.v, context.len, "context");
+      },
+      [&] { return AttendContextImpl(q, sequences, context, scale, out); });
+}
+
+void Backend::MergeStates(const AttentionState& into, const AttentionState& other,
+                          float other_log_weight) {
+  Dispatch(
+      "MergeStates",
+      [&](Checker& c) {
+        for (auto [t, n] : {std::pair{&into.o, "into.o"},
+                            {&into.lse, "into.lse"},
+                            {&other.o, "other.o"},
+                            {&other.lse, "other.lse"}}) {
+          c.Defined(*t, n).On(*t, device(), n);
+        }
+        c.Float(into.o, "into.o").SameDType(into.o, other.o, "into.o", "other.o");
+        c.Is(into.lse, DType::kF32, "into.lse").Is(other.lse, DType::kF32, "other.lse");
+        c.Rank(into.o, 3, "into.o").Rank(into.lse, 2, "into.lse");
+        if (!c.status().ok()) return;
+        c.That(into.o.shape() == other.o.shape() && into.lse.shape() == other.lse.shape(),
+               "the two states' shapes differ");
+        c.That(into.lse.dim(0) == into.o.dim(0) && into.lse.dim(1) == into.o.dim(1),
+               "lse must be [T, heads] of o [T, heads, head_dim]");
+      },
+      [&] {
+        return into.o.numel() == 0 ? absl::OkStatus()
+                                   : MergeStatesImpl(into, other, other_log_weight);
+      });
+}
+
+void Backend::Attention(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                        const AttentionContext* context, float scale, const Tensor& out,
+                        const Tensor& lse) {
+  // The merged state is defined only on rows some sequence owns: they must tile q exactly.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const AttentionSequence& s : sequences) ranges.push_back({s.q_begin, s.q_len});
+  std::sort(ranges.begin(), ranges.end());
+  int64_t next = 0;
+  bool tiled = true;
+  for (auto [begin, len] : ranges) {
+    tiled = tiled && begin == next;
+    next = begin + len;
+  }
+  tiled = tiled && q.rank() == 3 && next == q.dim(0);
+  if (!tiled) {
+    Dispatch(
+        "Attention",
+        [&](Checker& c) {
+          c.Rank(q, 3, "q").That(false, "the sequences' query rows must tile q's rows exactly");
+        },
+        [] { return absl::OkStatus(); });
+    return;
+  }
+  AttentionState own{out, lse};
+  if (!lse.defined()) {
+    auto own_lse = Allocate(DType::kF32, {q.dim(0), q.dim(1)});
+    if (!own_lse.ok()) return RecordError(own_lse.status());
+    own.lse = *std::move(own_lse);
+  }
+  AttendOwn(q, sequences, scale, own);
+  if (context == nullptr || context->len == 0) return;
+  auto co = Allocate(out.dtype(), q.shape());
+  if (!co.ok()) return RecordError(co.status());
+  auto clse = Allocate(DType::kF32, {q.dim(0), q.dim(1)});
+  if (!clse.ok()) return RecordError(clse.status());
+  AttentionState ctx{*std::move(co), *std::move(clse)};
+  AttendContext(q, sequences, *context, scale, ctx);
+  MergeStates(own, ctx, context->log_weight);
+}
+
+}  // namespace manyshot
