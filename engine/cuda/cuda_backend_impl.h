@@ -1,0 +1,201 @@
+// Internals of the CUDA backend (cuda_backend.cc): per-thread streams and cuBLASLt state, the GEMM
+// plan cache, and the CudaBackend class. Also used by cuda_reference.cc, so its GEMM measurement
+// runs exactly the plan Linear runs.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/core/backend.h"
+#include "engine/cuda/attention_kernels.h"
+
+namespace manyshot {
+namespace cuda_internal {
+
+// INTERNAL "cuda <op>: <cudaGetErrorString>"; also clears the calling thread's last CUDA error so
+// a later launch check does not report this failure again.
+absl::Status CudaError(absl::string_view op, cudaError_t error);
+inline absl::Status CudaCheck(absl::string_view op, cudaError_t error) {
+  return error == cudaSuccess ? absl::OkStatus() : CudaError(op, error);
+}
+
+cuda::ElemType ElemTypeOf(DType dtype);  // float dtypes only
+cudaDataType_t CudaDataTypeOf(DType dtype);
+
+// The largest power of two (at most 256) dividing the address: what cuBLASLt may assume.
+uint32_t PointerAlignment(const void* p);
+
+// One row-major GEMM shape: y [rows, out] = x [rows, in] W^T (kOutIn, W [out, in]) or x W
+// (kInOut, W [in, out]); x and W of in_type, y of out_type; f32 accumulation.
+struct GemmKey {
+  int64_t rows = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+  DType in_type = DType::kF32;
+  DType out_type = DType::kF32;
+  WeightLayout layout = WeightLayout::kOutIn;
+  uint32_t align_x = 256;
+  uint32_t align_w = 256;
+  uint32_t align_y = 256;
+  // A bias [out] of in_type is added; align_bias: the alignment of its pointer.
+  bool bias = false;
+  uint32_t align_bias = 256;
+  bool operator==(const GemmKey& o) const = default;
+  std::string ToString() const;
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const;
+};
+
+// cuBLASLt descriptors, layouts and the heuristic's algorithm for one GemmKey.
+class GemmPlan {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  // `bias`: the bias pointer when key.bias (the heuristic reads its alignment from it).
+  static absl::StatusOr<std::unique_ptr<GemmPlan>> Create(cublasLtHandle_t handle,
+                                                          const GemmKey& key,
+                                                          const void* bias = nullptr);
+  ~GemmPlan();
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+
+  // y = x W (+ bias when bias_in_epilogue()); workspace: kWorkspaceBytes of device memory used by
+  // this stream only. Not thread-safe (it sets the bias pointer in the descriptor).
+  absl::Status Run(cublasLtHandle_t handle, const void* x, const void* w, const void* bias, void* y,
+                   void* workspace, cudaStream_t stream);
+
+  // Whether Run adds the bias (cuBLASLt's bias epilogue, in f32 before the output is rounded);
+  // otherwise the caller adds it.
+  bool bias_in_epilogue() const { return bias_in_epilogue_; }
+
+ private:
+  GemmPlan() = default;
+  static absl::StatusOr<std::unique_ptr<GemmPlan>> Build(cublasLtHandle_t handle,
+                                                         const GemmKey& key, const void* bias,
+                                                         bool bias_epilogue, bool* no_algorithm);
+
+  GemmKey key_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr;  // the weight
+  cublasLtMatrixLayout_t b_ = nullptr;  // x
+  cublasLtMatrixLayout_t d_ = nullptr;  // y (also C, with beta = 0)
+  cublasLtMatmulAlgo_t algo_{};
+  bool bias_in_epilogue_ = false;
+};
+
+// What one host thread uses on one device. Touched only by its own thread after creation (and by
+// the DeviceContext that owns it, when destroyed).
+struct ThreadState {
+  explicit ThreadState(int device_index) : device(device_index) {}
+  ~ThreadState();
+  ThreadState(const ThreadState&) = delete;
+  ThreadState& operator=(const ThreadState&) = delete;
+
+  // The cuBLASLt handle and workspace, created on first use (a thread that only frees buffers
+  // never needs them).
+  absl::Status EnsureGemm();
+  // The cached plan for `key` (created by the heuristic on first use).
+  absl::StatusOr<GemmPlan*> Plan(const GemmKey& key, const void* bias);
+
+  int device;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
+};
+
+// Per-device state shared by the backend and by every buffer it allocated (their deleters hold a
+// reference), so a buffer released after the backend still frees into a live stream.
+class DeviceContext {
+ public:
+  explicit DeviceContext(int device);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  int device() const { return device_; }
+  // cudaSetDevice, then the calling thread's state (created with its stream on first use).
+  absl::StatusOr<ThreadState*> State();
+  // Stream-ordered free on the calling thread's stream; errors cannot be reported from a deleter.
+  void Free(void* p);
+
+ private:
+  const int device_;
+  const uint64_t id_;  // unique per context, for the calling thread's one-entry lookup cache
+  std::mutex mutex_;
+  std::unordered_map<std::thread::id, std::unique_ptr<ThreadState>> states_;
+};
+
+}  // namespace cuda_internal
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::shared_ptr<cuda_internal::DeviceContext> context, std::string description);
+
+  Device device() const override { return Device::kCUDA; }
+  int device_index() const override { return context_->device(); }
+  std::string name() const override { return "cuda"; }
+  std::string description() const override { return description_; }
+  int threads() const override { return 1; }
+  DType default_compute_dtype() const override { return DType::kBF16; }
+  bool SupportsComputeDType(DType dtype) const override {
+    return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  }
+
+ protected:
+  absl::StatusOr<Tensor> AllocateImpl(DType dtype, std::vector<int64_t> shape) override;
+  absl::StatusOr<Tensor> AllocateHostImpl(DType dtype, std::vector<int64_t> shape) override;
+  absl::Status CopyFromHostImpl(const void* src, const Tensor& dst) override;
+  absl::Status CopyFromHostAsyncImpl(const Tensor& src, const Tensor& dst) override;
+  absl::Status CopyToHostImpl(const Tensor& src, void* dst) override;
+  absl::Status CopyImpl(const Tensor& src, const Tensor& dst) override;
+  absl::Status ConvertImpl(const Tensor& src, const Tensor& dst) override;
+  absl::Status SynchronizeImpl() override;
+  absl::Status EmbeddingImpl(const Tensor& ids, const Tensor& table, const Tensor& out,
+                             bool accumulate) override;
+  absl::Status GatherRowsImpl(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  absl::Status RmsNormImpl(const Tensor& x, const Tensor& weight, float eps,
+                           const Tensor& out) override;
+  absl::Status LayerNormImpl(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                             const Tensor& out) override;
+  absl::Status LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                          const Tensor& bias, const Tensor& out) override;
+  absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) override;
+  absl::Status GeluTanhImpl(const Tensor& x) override;
+  absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
+  absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                            const Tensor& v) override;
+  absl::Status AddImpl(const Tensor& x, const Tensor& y) override;
+  absl::Status AttendOwnImpl(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                             float scale, const AttentionState& out) override;
+  absl::Status AttendContextImpl(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                                 const AttentionContext& context, float scale,
+                                 const AttentionState& out) override;
+  absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
+                               float other_log_weight) override;
+
+ private:
+  // Own (context == nullptr) or context attention, in launches of at most kMaxAttnSequences.
+  absl::Status Attend(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                      const AttentionContext* context, float scale, const AttentionState& out);
+
+  std::shared_ptr<cuda_internal::DeviceContext> context_;
+  std::string description_;
+};
+
+}  // namespace manyshot

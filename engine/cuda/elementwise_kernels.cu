@@ -1,0 +1,765 @@
+// The CUDA backend's non-attention kernels (see elementwise_kernels.h). Each kernel is templated on
+// the element type (float, __half, __nv_bfloat16), loads to f32, computes in f32 and stores with
+// round-to-nearest-even. Loops are grid-stride (1D) or row-strided over gridDim.y / gridDim.x, so
+// no problem size overflows a grid dimension; indices into memory are int64.
+#include "engine/cuda/elementwise_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace manyshot::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 16384;  // grid-stride loops cover the rest
+constexpr int64_t kMaxGridY = 65535;   // hardware limit of gridDim.y
+constexpr int64_t kMaxRowBlocks = 65536;
+
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromF32(float v);
+template <>
+__device__ __forceinline__ float FromF32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half FromF32<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// V consecutive elements moved as one aligned access (16 bytes when V * sizeof(T) == 16).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls fn(Tag<T>{}) for the element type of `type`.
+template <typename Fn>
+cudaError_t DispatchType(ElemType type, Fn&& fn) {
+  switch (type) {
+    case ElemType::kF32:
+      return fn(Tag<float>{});
+    case ElemType::kF16:
+      return fn(Tag<__half>{});
+    case ElemType::kBF16:
+      return fn(Tag<__nv_bfloat16>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+size_t ElemSize(ElemType type) { return type == ElemType::kF32 ? 4 : 2; }
+
+bool AlignedTo(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+int BlocksFor(int64_t work, int threads, int64_t max_blocks = kMaxBlocks) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<int>(std::clamp<int64_t>(blocks, 1, max_blocks));
+}
+
+int GridY(int64_t rows) { return static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxGridY)); }
+
+// Threads for a column loop of `cols` items: a multiple of 32 in [32, kThreads].
+int ThreadsFor(int64_t cols) {
+  const int64_t rounded = (cols + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(rounded, 32, kThreads));
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets the total. The leading
+// __syncthreads keeps a previous call's readers of `partial`/`total` ahead of this call's writers.
+__device__ float BlockSum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = WarpSum(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0f;
+    s = WarpSum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+// ---- Convert ----
+
+template <typename S, typename D, int V>
+__global__ void ConvertKernel(const S* src, D* dst, int64_t n) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t packs = n / V;
+  const auto* sp = reinterpret_cast<const Pack<S, V>*>(src);
+  auto* dp = reinterpret_cast<Pack<D, V>*>(dst);
+  for (int64_t i = start; i < packs; i += stride) {
+    const Pack<S, V> a = sp[i];
+    Pack<D, V> b;
+#pragma unroll
+    for (int j = 0; j < V; ++j) b.v[j] = FromF32<D>(ToF32(a.v[j]));
+    dp[i] = b;
+  }
+  for (int64_t i = packs * V + start; i < n; i += stride) dst[i] = FromF32<D>(ToF32(src[i]));
+}
+
+// ---- Gather / embedding ----
+
+template <typename W>
+__global__ void GatherRowsKernel(const W* x, int64_t x_rows, const int32_t* rows, int64_t num_rows,
+                                 int64_t words, W* out) {
+  for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
+    const int64_t src = rows[r];
+    const bool valid = src >= 0 && src < x_rows;
+    const W* s = x + (valid ? src : 0) * words;
+    W* d = out + r * words;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      d[i] = valid ? s[i] : W{};
+    }
+  }
+}
+
+template <typename W>
+cudaError_t LaunchGatherWords(const void* x, int64_t x_rows, const int32_t* rows, int64_t num_rows,
+                              size_t row_bytes, void* out, cudaStream_t stream) {
+  const int64_t words = static_cast<int64_t>(row_bytes / sizeof(W));
+  const int threads = ThreadsFor(words);
+  const dim3 grid(BlocksFor(words, threads), GridY(num_rows));
+  GatherRowsKernel<W><<<grid, threads, 0, stream>>>(static_cast<const W*>(x), x_rows, rows,
+                                                    num_rows, words, static_cast<W*>(out));
+  return cudaGetLastError();
+}
+
+template <typename W>
+__global__ void Copy2DKernel(W* dst, int64_t dst_pitch, const W* src, int64_t src_pitch,
+                             int64_t words, int64_t rows) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const W* s = src + r * src_pitch;
+    W* d = dst + r * dst_pitch;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      d[i] = s[i];
+    }
+  }
+}
+
+template <typename W>
+cudaError_t LaunchCopy2DWords(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                              size_t width_bytes, int64_t rows, cudaStream_t stream) {
+  const int64_t words = static_cast<int64_t>(width_bytes / sizeof(W));
+  const int threads = ThreadsFor(words);
+  const dim3 grid(BlocksFor(words, threads), GridY(rows));
+  Copy2DKernel<W><<<grid, threads, 0, stream>>>(
+      static_cast<W*>(dst), static_cast<int64_t>(dst_pitch / sizeof(W)), static_cast<const W*>(src),
+      static_cast<int64_t>(src_pitch / sizeof(W)), words, rows);
+  return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void EmbeddingAddKernel(const int32_t* ids, int64_t tokens, const T* table,
+                                   int64_t table_rows, int64_t hidden, T* out) {
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
+    const int64_t id = ids[t];
+    if (id < 0 || id >= table_rows) continue;
+    const T* s = table + id * hidden;
+    T* d = out + t * hidden;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < hidden;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      d[i] = FromF32<T>(ToF32(d[i]) + ToF32(s[i]));
+    }
+  }
+}
+
+// ---- Norms ----
+
+// Norm kernels: one block per row (rows strided over the grid), V elements per access; the
+// launcher picks V = 16 / sizeof(T) when n is a multiple of it and every base pointer is 16-byte
+// aligned (then every row start is too), else V = 1.
+template <typename T, int V>
+__global__ void RmsNormKernel(const T* x, const T* w, T* out, int64_t rows, int64_t n, float eps) {
+  const int64_t packs = n / V;
+  const auto* wp = reinterpret_cast<const Pack<T, V>*>(w);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const auto* xr = reinterpret_cast<const Pack<T, V>*>(x + r * n);
+    auto* orow = reinterpret_cast<Pack<T, V>*>(out + r * n);
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const Pack<T, V> p = xr[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float v = ToF32(p.v[j]);
+        ss += v * v;
+      }
+    }
+    ss = BlockSum(ss);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+    // Each element is read and then written by the same thread, so out may alias x.
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const Pack<T, V> p = xr[i];
+      const Pack<T, V> g = wp[i];
+      Pack<T, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = FromF32<T>(ToF32(p.v[j]) * inv * ToF32(g.v[j]));
+      orow[i] = o;
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void LayerNormKernel(const T* x, const T* w, const T* b, T* out, int64_t rows, int64_t n,
+                                float eps) {
+  const int64_t packs = n / V;
+  const auto* wp = reinterpret_cast<const Pack<T, V>*>(w);
+  const auto* bp = reinterpret_cast<const Pack<T, V>*>(b);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const auto* xr = reinterpret_cast<const Pack<T, V>*>(x + r * n);
+    auto* orow = reinterpret_cast<Pack<T, V>*>(out + r * n);
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const Pack<T, V> p = xr[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum += ToF32(p.v[j]);
+    }
+    const float mean = BlockSum(sum) / static_cast<float>(n);
+    // Two passes (mean, then squared deviations) as the CPU reference does.
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const Pack<T, V> p = xr[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = ToF32(p.v[j]) - mean;
+        sq += d * d;
+      }
+    }
+    const float var = BlockSum(sq) / static_cast<float>(n);
+    const float inv = 1.0f / sqrtf(var + eps);
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const Pack<T, V> p = xr[i];
+      const Pack<T, V> g = wp[i];
+      const Pack<T, V> c = bp[i];
+      Pack<T, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        o.v[j] = FromF32<T>((ToF32(p.v[j]) - mean) * inv * ToF32(g.v[j]) + ToF32(c.v[j]));
+      }
+      orow[i] = o;
+    }
+  }
+}
+
+// Threads for a row of `items` accesses: about one (V > 1) or four (V = 1) per thread, within
+// [32, 1024] and a multiple of 32 (BlockSum needs it).
+int NormThreads(int64_t items, int v) {
+  const int64_t per = v > 1 ? items : (items + 3) / 4;
+  const int64_t rounded = (per + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(rounded, 32, 1024));
+}
+
+// ---- RoPE ----
+
+// Passed by value as a kernel parameter (2 KiB, under the 4 KiB parameter limit): no upload.
+struct RopeFreqs {
+  double inv_freq[kMaxRopeHalf];
+};
+
+// One block per token (strided over the grid): the block first evaluates the token's cos/sin
+// table into shared memory, then rotates every head. V elements per access: the launcher picks
+// V = 16 / sizeof(T) when half is a multiple of it and x is 16-byte aligned (then every head's
+// halves start aligned), else V = 1.
+template <typename T, int V>
+__global__ void RopeKernel(T* x, int64_t tokens, int heads, int dim, const int32_t* positions,
+                           const RopeFreqs freqs) {
+  __shared__ float cos_s[kMaxRopeHalf];
+  __shared__ float sin_s[kMaxRopeHalf];
+  const int half = dim / 2;
+  const int packs = half / V;  // per head and half
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const double pos = static_cast<double>(positions[t]);
+    __syncthreads();  // the previous token's readers of cos_s / sin_s are done
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      double s, c;
+      sincos(pos * freqs.inv_freq[i], &s, &c);
+      cos_s[i] = static_cast<float>(c);
+      sin_s[i] = static_cast<float>(s);
+    }
+    __syncthreads();
+    T* row = x + t * static_cast<int64_t>(heads) * dim;
+    for (int e = threadIdx.x; e < heads * packs; e += blockDim.x) {
+      const int h = e / packs;
+      const int i0 = (e - h * packs) * V;
+      auto* lo = reinterpret_cast<Pack<T, V>*>(row + static_cast<int64_t>(h) * dim + i0);
+      auto* hi = reinterpret_cast<Pack<T, V>*>(row + static_cast<int64_t>(h) * dim + half + i0);
+      Pack<T, V> a = *lo;
+      Pack<T, V> c = *hi;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float av = ToF32(a.v[j]);
+        const float cv = ToF32(c.v[j]);
+        const float co = cos_s[i0 + j];
+        const float si = sin_s[i0 + j];
+        a.v[j] = FromF32<T>(av * co - cv * si);
+        c.v[j] = FromF32<T>(cv * co + av * si);
+      }
+      *lo = a;
+      *hi = c;
+    }
+  }
+}
+
+// ---- Flat elementwise ----
+
+struct GeluTanhOp {
+  __device__ float operator()(float v) const {
+    const float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+  }
+};
+
+template <typename T, int V, typename Op>
+__global__ void UnaryKernel(T* x, int64_t n, Op op) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t packs = n / V;
+  auto* xp = reinterpret_cast<Pack<T, V>*>(x);
+  for (int64_t i = start; i < packs; i += stride) {
+    Pack<T, V> p = xp[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j) p.v[j] = FromF32<T>(op(ToF32(p.v[j])));
+    xp[i] = p;
+  }
+  for (int64_t i = packs * V + start; i < n; i += stride) x[i] = FromF32<T>(op(ToF32(x[i])));
+}
+
+template <typename T, int V>
+__global__ void AddKernel(T* x, const T* y, int64_t n) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t packs = n / V;
+  auto* xp = reinterpret_cast<Pack<T, V>*>(x);
+  const auto* yp = reinterpret_cast<const Pack<T, V>*>(y);
+  for (int64_t i = start; i < packs; i += stride) {
+    Pack<T, V> a = xp[i];
+    const Pack<T, V> b = yp[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j) a.v[j] = FromF32<T>(ToF32(a.v[j]) + ToF32(b.v[j]));
+    xp[i] = a;
+  }
+  for (int64_t i = packs * V + start; i < n; i += stride) {
+    x[i] = FromF32<T>(ToF32(x[i]) + ToF32(y[i]));
+  }
+}
+
+// V elements per access (inter a multiple of V and the bases aligned: see LaunchSwiGlu).
+template <typename T, int V>
+__global__ void SwiGluKernel(const T* gate_up, T* out, int64_t rows, int64_t inter) {
+  const int64_t packs = inter / V;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const auto* g = reinterpret_cast<const Pack<T, V>*>(gate_up + r * 2 * inter);
+    const auto* u = reinterpret_cast<const Pack<T, V>*>(gate_up + r * 2 * inter + inter);
+    auto* o = reinterpret_cast<Pack<T, V>*>(out + r * inter);
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const Pack<T, V> gp = g[i];
+      const Pack<T, V> up = u[i];
+      Pack<T, V> op;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gv = ToF32(gp.v[j]);
+        op.v[j] = FromF32<T>(gv / (1.0f + expf(-gv)) * ToF32(up.v[j]));
+      }
+      o[i] = op;
+    }
+  }
+}
+
+template <typename O, typename B>
+__global__ void AddBiasKernel(O* out, const B* bias, int64_t rows, int64_t cols) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    O* o = out + r * cols;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      o[c] = FromF32<O>(ToF32(o[c]) + ToF32(bias[c]));
+    }
+  }
+}
+
+// MergeStates in two kernels: the outputs (which read both lse values), then, stream-ordered
+// after them, the lse update. Both compute the weights with the same expressions, hence the same
+// values. o: blockDim.y pairs per block, threadIdx.x strides over a pair's V-element packs.
+template <typename T, int V>
+__global__ void MergeOutputsKernel(T* o_a, const float* lse_a, const T* o_b, const float* lse_b,
+                                   int64_t pairs, int64_t packs_per_pair, float b_log_weight) {
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; p < pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const float la = lse_a[p];
+    const float lb = lse_b[p] + b_log_weight;
+    const float m = fmaxf(la, lb);
+    if (m == -INFINITY) continue;  // neither state saw a key: `a` stays as it is
+    const float wa = expf(la - m);
+    const float wb = expf(lb - m);
+    const float total = wa + wb;
+    auto* a = reinterpret_cast<Pack<T, V>*>(o_a) + p * packs_per_pair;
+    const auto* b = reinterpret_cast<const Pack<T, V>*>(o_b) + p * packs_per_pair;
+    for (int64_t i = threadIdx.x; i < packs_per_pair; i += blockDim.x) {
+      Pack<T, V> x = a[i];
+      const Pack<T, V> y = b[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        x.v[j] = FromF32<T>((wb * ToF32(y.v[j]) + wa * ToF32(x.v[j])) / total);
+      }
+      a[i] = x;
+    }
+  }
+}
+
+__global__ void MergeLseKernel(float* lse_a, const float* lse_b, int64_t pairs,
+                               float b_log_weight) {
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float la = lse_a[p];
+    const float lb = lse_b[p] + b_log_weight;
+    const float m = fmaxf(la, lb);
+    if (m == -INFINITY) continue;
+    const float wa = expf(la - m);
+    const float wb = expf(lb - m);
+    lse_a[p] = m + logf(wa + wb);
+  }
+}
+
+template <typename T>
+__global__ void FillKernel(T* p, int64_t n, float value) {
+  const T v = FromF32<T>(value);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    p[i] = v;
+  }
+}
+
+__device__ __forceinline__ uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+template <typename T>
+__global__ void FillRandomKernel(T* p, int64_t n, uint32_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t lo = static_cast<uint32_t>(i);
+    const uint32_t hi = static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32);
+    const uint32_t h = Mix32(seed ^ Mix32(lo ^ Mix32(hi + 0x9e3779b9u)));
+    const float magnitude = 0.25f + 0.75f * static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+    p[i] = FromF32<T>((h & 1u) ? -magnitude : magnitude);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,
+                          int64_t n, cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  constexpr int V = 4;
+  const bool vec = AlignedTo(src, V * ElemSize(src_type)) && AlignedTo(dst, V * ElemSize(dst_type));
+  const int blocks = BlocksFor(vec ? n / V : n, kThreads);
+  return DispatchType(src_type, [&](auto s) {
+    using S = typename decltype(s)::type;
+    return DispatchType(dst_type, [&](auto d) {
+      using D = typename decltype(d)::type;
+      if (vec) {
+        ConvertKernel<S, D, V>
+            <<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      } else {
+        ConvertKernel<S, D, 1>
+            <<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      }
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t LaunchGatherRows(const void* x, int64_t x_rows, const int32_t* rows, int64_t num_rows,
+                             size_t row_bytes, void* out, cudaStream_t stream) {
+  if (num_rows < 0 || x_rows < 0) return cudaErrorInvalidValue;
+  if (num_rows == 0 || row_bytes == 0) return cudaSuccess;
+  // The widest word that divides the row and aligns both bases (hence every row start).
+  auto fits = [&](size_t word) {
+    return row_bytes % word == 0 && AlignedTo(x, word) && AlignedTo(out, word);
+  };
+  if (fits(16)) return LaunchGatherWords<uint4>(x, x_rows, rows, num_rows, row_bytes, out, stream);
+  if (fits(4)) {
+    return LaunchGatherWords<uint32_t>(x, x_rows, rows, num_rows, row_bytes, out, stream);
+  }
+  if (fits(2)) {
+    return LaunchGatherWords<uint16_t>(x, x_rows, rows, num_rows, row_bytes, out, stream);
+  }
+  return LaunchGatherWords<uint8_t>(x, x_rows, rows, num_rows, row_bytes, out, stream);
+}
+
+cudaError_t LaunchCopy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                         size_t width_bytes, int64_t rows, cudaStream_t stream) {
+  if (rows < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || width_bytes == 0) return cudaSuccess;
+  // A word size dividing the width and both pitches, with both bases aligned to it, keeps every
+  // word of every row aligned.
+  auto fits = [&](size_t word) {
+    return width_bytes % word == 0 && dst_pitch % word == 0 && src_pitch % word == 0 &&
+           AlignedTo(dst, word) && AlignedTo(src, word);
+  };
+  if (fits(16)) {
+    return LaunchCopy2DWords<uint4>(dst, dst_pitch, src, src_pitch, width_bytes, rows, stream);
+  }
+  if (fits(4)) {
+    return LaunchCopy2DWords<uint32_t>(dst, dst_pitch, src, src_pitch, width_bytes, rows, stream);
+  }
+  if (fits(2)) {
+    return LaunchCopy2DWords<uint16_t>(dst, dst_pitch, src, src_pitch, width_bytes, rows, stream);
+  }
+  return LaunchCopy2DWords<uint8_t>(dst, dst_pitch, src, src_pitch, width_bytes, rows, stream);
+}
+
+cudaError_t LaunchEmbeddingAdd(const int32_t* ids, int64_t tokens, const void* table,
+                               int64_t table_rows, int64_t hidden, void* out, ElemType type,
+                               cudaStream_t stream) {
+  if (tokens < 0 || hidden < 0 || table_rows < 0) return cudaErrorInvalidValue;
+  if (tokens == 0 || hidden == 0) return cudaSuccess;
+  const int threads = ThreadsFor(hidden);
+  const dim3 grid(BlocksFor(hidden, threads), GridY(tokens));
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    EmbeddingAddKernel<T><<<grid, threads, 0, stream>>>(ids, tokens, static_cast<const T*>(table),
+                                                        table_rows, hidden, static_cast<T*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchRmsNorm(const void* x, const void* weight, void* out, ElemType type, int64_t rows,
+                          int64_t n, float eps, cudaStream_t stream) {
+  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const int blocks = BlocksFor(rows, 1, kMaxRowBlocks);
+  const bool aligned = AlignedTo(x, 16) && AlignedTo(weight, 16) && AlignedTo(out, 16);
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (aligned && n % V == 0) {
+      RmsNormKernel<T, V><<<blocks, NormThreads(n / V, V), 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out), rows, n,
+          eps);
+    } else {
+      RmsNormKernel<T, 1><<<blocks, NormThreads(n, 1), 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out), rows, n,
+          eps);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchLayerNorm(const void* x, const void* weight, const void* bias, void* out,
+                            ElemType type, int64_t rows, int64_t n, float eps,
+                            cudaStream_t stream) {
+  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const int blocks = BlocksFor(rows, 1, kMaxRowBlocks);
+  const bool aligned =
+      AlignedTo(x, 16) && AlignedTo(weight, 16) && AlignedTo(bias, 16) && AlignedTo(out, 16);
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (aligned && n % V == 0) {
+      LayerNormKernel<T, V><<<blocks, NormThreads(n / V, V), 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+          static_cast<T*>(out), rows, n, eps);
+    } else {
+      LayerNormKernel<T, 1><<<blocks, NormThreads(n, 1), 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+          static_cast<T*>(out), rows, n, eps);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, int64_t head_dim,
+                       const int32_t* positions, const double* inv_freq, cudaStream_t stream) {
+  if (tokens < 0 || heads < 0 || head_dim < 0 || head_dim % 2 != 0 || head_dim / 2 > kMaxRopeHalf ||
+      heads * head_dim > std::numeric_limits<int32_t>::max()) {
+    return cudaErrorInvalidValue;
+  }
+  if (tokens == 0 || heads == 0 || head_dim == 0) return cudaSuccess;
+  RopeFreqs freqs{};
+  for (int64_t i = 0; i < head_dim / 2; ++i) freqs.inv_freq[i] = inv_freq[i];
+  const int threads = 128;
+  const int blocks = BlocksFor(tokens, 1, kMaxRowBlocks);
+  const int64_t half = head_dim / 2;
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (AlignedTo(x, 16) && half % V == 0) {
+      RopeKernel<T, V>
+          <<<blocks, threads, 0, stream>>>(static_cast<T*>(x), tokens, static_cast<int>(heads),
+                                           static_cast<int>(head_dim), positions, freqs);
+    } else {
+      RopeKernel<T, 1>
+          <<<blocks, threads, 0, stream>>>(static_cast<T*>(x), tokens, static_cast<int>(heads),
+                                           static_cast<int>(head_dim), positions, freqs);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  const bool vec = AlignedTo(x, 16);
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (vec) {
+      UnaryKernel<T, V><<<BlocksFor(n / V, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n,
+                                                                             GeluTanhOp{});
+    } else {
+      UnaryKernel<T, 1>
+          <<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n, GeluTanhOp{});
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchSwiGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                         cudaStream_t stream) {
+  if (rows < 0 || inter < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || inter == 0) return cudaSuccess;
+  const bool aligned = AlignedTo(gate_up, 16) && AlignedTo(out, 16);
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (aligned && inter % V == 0) {
+      const int threads = ThreadsFor(inter / V);
+      const dim3 grid(BlocksFor(inter / V, threads), GridY(rows));
+      SwiGluKernel<T, V><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
+                                                       static_cast<T*>(out), rows, inter);
+    } else {
+      const int threads = ThreadsFor(inter);
+      const dim3 grid(BlocksFor(inter, threads), GridY(rows));
+      SwiGluKernel<T, 1><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
+                                                       static_cast<T*>(out), rows, inter);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchAdd(void* x, const void* y, ElemType type, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  const bool vec = AlignedTo(x, 16) && AlignedTo(y, 16);
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (vec) {
+      AddKernel<T, V><<<BlocksFor(n / V, kThreads), kThreads, 0, stream>>>(
+          static_cast<T*>(x), static_cast<const T*>(y), n);
+    } else {
+      AddKernel<T, 1><<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x),
+                                                                       static_cast<const T*>(y), n);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchAddBias(void* out, ElemType out_type, const void* bias, ElemType bias_type,
+                          int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows < 0 || cols < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const int threads = ThreadsFor(cols);
+  const dim3 grid(BlocksFor(cols, threads), GridY(rows));
+  return DispatchType(out_type, [&](auto o) {
+    using O = typename decltype(o)::type;
+    return DispatchType(bias_type, [&](auto b) {
+      using B = typename decltype(b)::type;
+      AddBiasKernel<O, B><<<grid, threads, 0, stream>>>(static_cast<O*>(out),
+                                                        static_cast<const B*>(bias), rows, cols);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t LaunchMergeStates(void* o_a, float* lse_a, const void* o_b, const float* lse_b,
+                              ElemType o_type, int64_t tokens, int64_t heads, int64_t head_dim,
+                              float b_log_weight, cudaStream_t stream) {
+  if (tokens < 0 || heads < 0 || head_dim < 0) return cudaErrorInvalidValue;
+  const int64_t pairs = tokens * heads;
+  if (pairs == 0) return cudaSuccess;
+  const bool aligned = AlignedTo(o_a, 16) && AlignedTo(o_b, 16);
+  const cudaError_t error = DispatchType(o_type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    const int v = aligned && head_dim % V == 0 ? V : 1;
+    const int64_t packs = head_dim / v;
+    const int bx = static_cast<int>(std::clamp<int64_t>(packs, 1, kThreads));
+    const dim3 block(bx, std::max(1, kThreads / bx));
+    const int blocks = BlocksFor(pairs, static_cast<int>(block.y), kMaxRowBlocks);
+    if (packs == 0) return cudaSuccess;
+    if (v == V) {
+      MergeOutputsKernel<T, V><<<blocks, block, 0, stream>>>(static_cast<T*>(o_a), lse_a,
+                                                             static_cast<const T*>(o_b), lse_b,
+                                                             pairs, packs, b_log_weight);
+    } else {
+      MergeOutputsKernel<T, 1><<<blocks, block, 0, stream>>>(static_cast<T*>(o_a), lse_a,
+                                                             static_cast<const T*>(o_b), lse_b,
+                                                             pairs, packs, b_log_weight);
+    }
+    return cudaGetLastError();
+  });
+  if (error != cudaSuccess) return error;
+  MergeLseKernel<<<BlocksFor(pairs, kThreads), kThreads, 0, stream>>>(lse_a, lse_b, pairs,
+                                                                      b_log_weight);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFill(void* p, ElemType type, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    FillKernel<T><<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(p), n, value);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchFillRandom(void* p, ElemType type, int64_t n, uint32_t seed,
+                             cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    FillRandomKernel<T>
+        <<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(p), n, seed);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace manyshot::cuda
