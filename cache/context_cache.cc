@@ -58,7 +58,20 @@ absl::StatusOr<std::unique_ptr<ContextCache>> ContextCache::Open(const std::file
   auto disk = DiskTier::Open(path, std::move(disk_options));
   if (!disk.ok()) return disk.status();
   cache->disk_ = *std::move(disk);
-  cache->memory_ = std::make_unique<MemoryTier>(cache->options_.memory_budget_bytes);
+  MemoryTier::EvictionSink on_evict;
+  if (cache->options_.host_budget_bytes > 0) {
+    cache->host_ = std::make_unique<HostTier>(cache->options_.host_budget_bytes, backend);
+    ContextCache* self = cache.get();
+    on_evict = [self](const std::string& key, std::shared_ptr<const EncodedContext> ctx) {
+      // Best effort: a failed copy only means the next use reads RocksDB instead.
+      if (absl::Status s = self->host_->Put(key, *ctx); !s.ok()) {
+        self->Log(LogLevel::kWarning, absl::StrCat("cache: keeping evicted KV ", key,
+                                                   " in host memory: ", s.ToString()));
+      }
+    };
+  }
+  cache->memory_ =
+      std::make_unique<MemoryTier>(cache->options_.memory_budget_bytes, std::move(on_evict));
   const auto tasks = cache->disk_->ListTasks();
   cache->Log(LogLevel::kInfo,
              absl::StrCat("cache: restored ", tasks.size(), " ready tasks from ", path.string()));
@@ -147,6 +160,13 @@ absl::StatusOr<PinnedContext> ContextCache::AcquireLocked(const std::string& key
                                                           const ValidateFn& validate,
                                                           const TaskRecord* creating) {
   if (auto hit = memory_->Lookup(key)) return *std::move(hit);
+  if (host_) {
+    auto restored = host_->Restore(key);
+    if (!restored.ok()) return restored.status();
+    if (restored->has_value()) {
+      return memory_->Insert(key, std::make_shared<const EncodedContext>(**std::move(restored)));
+    }
+  }
   auto loaded = LoadFromDisk(key, validate);
   if (loaded.ok() || (!absl::IsNotFound(loaded.status()) && !absl::IsDataLoss(loaded.status()))) {
     return loaded;
@@ -231,7 +251,10 @@ absl::Status ContextCache::DeleteTask(const std::string& task_id) {
   InflightGuard guard(inflight_mutex_, inflight_cv_, inflight_, record->kv_key);
   bool key_unused = false;
   if (absl::Status s = disk_->DeleteTask(task_id, &key_unused); !s.ok()) return s;
-  if (key_unused) memory_->Erase(record->kv_key);
+  if (key_unused) {
+    memory_->Erase(record->kv_key);
+    if (host_) host_->Erase(record->kv_key);
+  }
   return absl::OkStatus();
 }
 
@@ -250,6 +273,15 @@ CacheStats ContextCache::Stats() const {
   s.memory_misses = m.misses;
   s.memory_evictions = m.evictions;
   s.memory_rejected = m.rejected;
+  if (host_) {
+    const HostTier::Stats h = host_->stats();
+    s.host_bytes = h.bytes;
+    s.host_entries = h.entries;
+    s.host_budget_bytes = h.budget_bytes;
+    s.host_hits = h.hits;
+    s.host_misses = h.misses;
+    s.host_evictions = h.evictions;
+  }
   const DiskTier::Stats d = disk_->stats();
   s.disk_bytes = d.bytes;
   s.disk_entries = d.entries;

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "cache/cache_log.h"
 #include "cache/disk_tier.h"
+#include "cache/host_tier.h"
 #include "cache/memory_tier.h"
 #include "cache/task_record.h"
 
@@ -27,6 +28,9 @@ namespace manyshot {
 
 struct ContextCacheOptions {
   uint64_t memory_budget_bytes = uint64_t{8} << 30;
+  // The pinned host tier between memory and disk (cache/host_tier.h); 0 = none. Meant for a
+  // memory tier in GPU memory (the server enables it on the CUDA backend only).
+  uint64_t host_budget_bytes = 0;
   uint64_t disk_budget_bytes = 0;  // 0 = unlimited
   // The storage dtype on disk (and part of the key): kF32, or kBF16 / kF16 to halve memory and
   // disk at a small accuracy cost (cache/README.md).
@@ -61,6 +65,12 @@ struct CacheStats {
   uint64_t memory_misses = 0;
   uint64_t memory_evictions = 0;
   uint64_t memory_rejected = 0;  // contexts larger than what the memory tier could free
+  uint64_t host_bytes = 0;
+  uint64_t host_entries = 0;
+  uint64_t host_budget_bytes = 0;
+  uint64_t host_hits = 0;
+  uint64_t host_misses = 0;
+  uint64_t host_evictions = 0;
   uint64_t disk_hits = 0;
   uint64_t disk_misses = 0;
   uint64_t disk_evictions = 0;
@@ -131,6 +141,7 @@ class ContextCache {
   ContextCacheOptions options_;
   Backend& backend_;
   std::unique_ptr<MemoryTier> memory_;
+  std::unique_ptr<HostTier> host_;  // null when host_budget_bytes == 0
   std::unique_ptr<DiskTier> disk_;
 
   // Keys being loaded or encoded: other callers for the same key wait instead of duplicating it.

@@ -45,6 +45,17 @@ std::optional<PinnedContext> MemoryTier::Lookup(const std::string& key) {
 
 PinnedContext MemoryTier::Insert(const std::string& key,
                                  std::shared_ptr<const EncodedContext> ctx) {
+  std::vector<std::shared_ptr<Entry>> evicted;
+  PinnedContext pinned = InsertLocked(key, std::move(ctx), evicted);
+  if (on_evict_) {
+    for (const auto& e : evicted) on_evict_(e->key, e->context);
+  }
+  return pinned;
+}
+
+PinnedContext MemoryTier::InsertLocked(const std::string& key,
+                                       std::shared_ptr<const EncodedContext> ctx,
+                                       std::vector<std::shared_ptr<Entry>>& evicted) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = index_.find(key); it != index_.end()) {
     lru_.splice(lru_.end(), lru_, it->second);
@@ -74,6 +85,7 @@ PinnedContext MemoryTier::Insert(const std::string& key,
     bytes_ -= (*it)->bytes;
     (*it)->resident = (*it)->counted = false;
     index_.erase((*it)->key);
+    evicted.push_back(*it);
     it = lru_.erase(it);
     ++counters_.evictions;
   }

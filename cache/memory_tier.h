@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -69,7 +70,12 @@ class MemoryTier {
     uint64_t rejected = 0;  // contexts too big to admit
   };
 
-  explicit MemoryTier(size_t budget_bytes) : budget_(budget_bytes) {}
+  // Receives each entry the LRU evicts (not erased ones), after the tier's lock is released.
+  using EvictionSink =
+      std::function<void(const std::string& key, std::shared_ptr<const EncodedContext> ctx)>;
+
+  explicit MemoryTier(size_t budget_bytes, EvictionSink on_evict = nullptr)
+      : budget_(budget_bytes), on_evict_(std::move(on_evict)) {}
   ~MemoryTier() = default;  // every PinnedContext must be gone by now
   MemoryTier(const MemoryTier&) = delete;
   MemoryTier& operator=(const MemoryTier&) = delete;
@@ -94,8 +100,11 @@ class MemoryTier {
   friend class PinnedContext;
   using Entry = PinnedContext::Entry;
   void Unpin(Entry* entry);
+  PinnedContext InsertLocked(const std::string& key, std::shared_ptr<const EncodedContext> ctx,
+                             std::vector<std::shared_ptr<Entry>>& evicted);
 
   const size_t budget_;
+  const EvictionSink on_evict_;
   mutable std::mutex mutex_;
   std::list<std::shared_ptr<Entry>> lru_;  // front: least recently used
   std::unordered_map<std::string, std::list<std::shared_ptr<Entry>>::iterator> index_;

@@ -57,6 +57,9 @@ ABSL_FLAG(uint64_t, memory_budget_bytes, 8ull << 30,
 ABSL_FLAG(uint64_t, gpu_memory_budget_bytes, 8ull << 30,
           "Byte budget of the KV cache's memory tier in GPU memory on the CUDA backend (LRU "
           "eviction of unpinned entries)");
+ABSL_FLAG(uint64_t, host_memory_budget_bytes, 16ull << 30,
+          "On the CUDA backend: byte budget of page-locked host memory holding contexts evicted "
+          "from GPU memory, before they fall back to RocksDB (0: none)");
 ABSL_FLAG(uint64_t, disk_budget_bytes, 0,
           "Byte budget of KV blobs in RocksDB; 0 = unlimited (LRU eviction; specs stay)");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV storage type in memory and on disk: f32, bf16, f16");
@@ -103,6 +106,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   config.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   config.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_bytes);
+  config.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
   config.eager_restore = absl::GetFlag(FLAGS_eager_restore);

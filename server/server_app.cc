@@ -105,6 +105,10 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
                                           ? config.gpu_memory_budget_bytes
                                           : config.memory_budget_bytes;
   cache_options.disk_budget_bytes = config.disk_budget_bytes;
+  // Contexts evicted from GPU memory wait in pinned host memory before falling back to RocksDB.
+  if (app->model_->backend->device() == Device::kCUDA) {
+    cache_options.host_budget_bytes = config.host_memory_budget_bytes;
+  }
   cache_options.eager_restore = config.eager_restore;
   if (config.kv_dtype == "bf16") {
     cache_options.kv_dtype = DType::kBF16;
@@ -131,7 +135,9 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   app->cache_ = *std::move(cache);
   app->registry_ = std::make_unique<TaskRegistry>(*app->model_, *app->cache_, app->config_);
   if (auto s = app->registry_->Restore(); !s.ok()) return s;
-  app->service_metrics_ = std::make_unique<ServiceMetrics>(app->metrics_->registry(), *app->cache_);
+  app->service_metrics_ = std::make_unique<ServiceMetrics>(
+      app->metrics_->registry(), *app->cache_,
+      app->model_->backend->device() == Device::kCUDA ? "gpu" : "host");
   app->metrics_->Register(app->service_metrics_->cache_collector());
   ServiceMetrics* sm = app->service_metrics_.get();
   SchedulerHooks hooks;

@@ -13,7 +13,10 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 class CacheCollector : public prometheus::Collectable {
  public:
-  explicit CacheCollector(const ContextCache& cache) : cache_(cache) {}
+  // The memory tier is labelled where it lives: "gpu" on the CUDA backend (then "host" is the
+  // pinned host tier), "host" on the CPU backend.
+  CacheCollector(const ContextCache& cache, std::string memory_tier)
+      : cache_(cache), memory_tier_(std::move(memory_tier)) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
     const CacheStats s = cache_.Stats();
     std::vector<prometheus::MetricFamily> out;
@@ -32,19 +35,27 @@ class CacheCollector : public prometheus::Collectable {
       }
       out.push_back(std::move(family));
     };
+    // The host tier's rows appear only when it exists (a GPU memory tier).
+    const bool host_tier = memory_tier_ == "gpu";
+    auto Tiers = [&](double memory, double host, double disk) {
+      std::vector<std::pair<std::string, double>> rows = {{memory_tier_, memory}};
+      if (host_tier) rows.push_back({"host", host});
+      rows.push_back({"disk", disk});
+      return rows;
+    };
     using T = prometheus::MetricType;
     add("manyshot_cache_bytes", "Bytes of key/value state held, per tier.", T::Gauge,
-        {{"memory", s.memory_bytes}, {"disk", s.disk_bytes}});
+        Tiers(s.memory_bytes, s.host_bytes, s.disk_bytes));
     add("manyshot_cache_budget_bytes", "Byte budget per tier (0: unlimited).", T::Gauge,
-        {{"memory", s.memory_budget_bytes}, {"disk", s.disk_budget_bytes}});
+        Tiers(s.memory_budget_bytes, s.host_budget_bytes, s.disk_budget_bytes));
     add("manyshot_cache_entries", "Cache entries per tier.", T::Gauge,
-        {{"memory", s.memory_entries}, {"disk", s.disk_entries}});
+        Tiers(s.memory_entries, s.host_entries, s.disk_entries));
     add("manyshot_cache_hits_total", "Lookups served by the tier.", T::Counter,
-        {{"memory", s.memory_hits}, {"disk", s.disk_hits}});
+        Tiers(s.memory_hits, s.host_hits, s.disk_hits));
     add("manyshot_cache_misses_total", "Lookups the tier could not serve.", T::Counter,
-        {{"memory", s.memory_misses}, {"disk", s.disk_misses}});
+        Tiers(s.memory_misses, s.host_misses, s.disk_misses));
     add("manyshot_cache_evictions_total", "Entries evicted to stay within the budget.", T::Counter,
-        {{"memory", s.memory_evictions}, {"disk", s.disk_evictions}});
+        Tiers(s.memory_evictions, s.host_evictions, s.disk_evictions));
     add("manyshot_cache_corruptions_total",
         "Blobs that failed a checksum or shape check (deleted, never served).", T::Counter,
         {{"", s.corruptions_detected}});
@@ -65,15 +76,18 @@ class CacheCollector : public prometheus::Collectable {
 
  private:
   const ContextCache& cache_;
+  const std::string memory_tier_;
 };
 
 }  // namespace
 
-std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache) {
-  return std::make_shared<CacheCollector>(cache);
+std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache,
+                                                            const std::string& memory_tier) {
+  return std::make_shared<CacheCollector>(cache, memory_tier);
 }
 
-ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCache& cache)
+ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCache& cache,
+                               const std::string& memory_tier)
     : requests_(prometheus::BuildCounter()
                     .Name("manyshot_requests_total")
                     .Help("Finished RPCs by method and status code.")
@@ -113,7 +127,7 @@ ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCach
                             .Help("Tokens produced by Generate.")
                             .Register(registry)
                             .Add({})),
-      cache_collector_(MakeCacheCollector(cache)) {}
+      cache_collector_(MakeCacheCollector(cache, memory_tier)) {}
 
 void ServiceMetrics::Request(const std::string& method, const std::string& code, double seconds) {
   requests_.Add({{"method", method}, {"code", code}}).Increment();

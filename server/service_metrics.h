@@ -15,7 +15,8 @@ namespace manyshot::server {
 
 class ServiceMetrics {
  public:
-  ServiceMetrics(prometheus::Registry& registry, const ContextCache& cache);
+  ServiceMetrics(prometheus::Registry& registry, const ContextCache& cache,
+                 const std::string& memory_tier);
 
   // One finished RPC: counted by method and status code, timed by method.
   void Request(const std::string& method, const std::string& code, double seconds);
@@ -41,6 +42,8 @@ class ServiceMetrics {
 };
 
 // Exposes ContextCache::Stats() as manyshot_cache_* metrics, read at scrape time.
-std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache);
+// Cache figures per tier; `memory_tier` names the memory tier's label ("gpu" or "host").
+std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache,
+                                                            const std::string& memory_tier);
 
 }  // namespace manyshot::server
