@@ -13,12 +13,13 @@ namespace {
 constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
     "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick] [--server_binary=PATH] "
-    "[--requests=N] [--batch=N]\n"
+    "[--requests=N] [--batch=N] [--backend=cpu|cuda] [--context_tokens=N] [--torch_peer=PATH]\n"
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
     "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read\n"
     "  service     gRPC Classify from 32 clients via manyshot-server vs the in-process engine\n"
+    "  attention   context attention, query batches vs same-run copy/GEMM and PyTorch\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -60,6 +61,12 @@ int main(int argc, char** argv) {
       options.requests = std::stoi(value);
     } else if (Flag(argv[i], "--batch", &value)) {
       options.batch = std::stoi(value);
+    } else if (Flag(argv[i], "--backend", &value)) {
+      options.backend = value;
+    } else if (Flag(argv[i], "--context_tokens", &value)) {
+      options.context_tokens = std::stoll(value);
+    } else if (Flag(argv[i], "--torch_peer", &value)) {
+      options.torch_peer = value;
     } else if (Flag(argv[i], "--work_dir", &value)) {
       options.work_dir = value;
     } else {
@@ -73,6 +80,7 @@ int main(int argc, char** argv) {
   if (sub == "structured") return manyshot::bench::RunStructuredBench(options);
   if (sub == "cache") return manyshot::bench::RunCacheBench(options);
   if (sub == "service") return manyshot::bench::RunServiceBench(options);
+  if (sub == "attention") return manyshot::bench::RunAttentionBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

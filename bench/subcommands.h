@@ -1,7 +1,9 @@
 // The manyshot-bench subcommands and their shared options.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <string>
 
 namespace manyshot::bench {
 
@@ -19,12 +21,18 @@ struct BenchOptions {
   std::filesystem::path server_binary;
   int requests = 20;
   int batch = 0;
+  // attention: "cpu" or "cuda" (empty: cuda when a GPU can be used, else cpu), the context length
+  // (0: the 1000-shot SST-2 task's 30,569 tokens; 4096 with --quick) and the PyTorch peer script.
+  std::string backend;
+  int64_t context_tokens = 0;
+  std::filesystem::path torch_peer;
 };
 
 int RunPrefillBench(const BenchOptions& options);
 int RunStructuredBench(const BenchOptions& options);
 int RunCacheBench(const BenchOptions& options);
 int RunServiceBench(const BenchOptions& options);
+int RunAttentionBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);

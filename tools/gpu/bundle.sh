@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine without this project's Debian packages needs to run the CUDA tests and
+# benchmarks: the binaries of a CUDA build (stripped), the shared libraries they need beyond
+# glibc/libstdc++ and CUDA's own, the GPT-2 tokenizer files and the SST-2 data. The GPU machine has
+# nvcc, the CUDA libraries and python3 with torch, but none of gRPC, RocksDB, abseil or OpenBLAS.
+#
+#   tools/gpu/bundle.sh BUILD_DIR OUT_DIR        then run tools/gpu/run_checks.sh OUT_DIR there
+set -euo pipefail
+build=${1:?build dir}
+out=${2:?output dir}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/share/gpt2" "$out/shared/datasets"
+bins=(tests/backend_tests tests/transformer_tests tests/prompting_tests bench/manyshot-bench
+      server/manyshot-server client/manyshot)
+for b in "${bins[@]}"; do
+  [ -f "$build/$b" ] || { echo "bundle.sh: missing $build/$b" >&2; exit 1; }
+  strip -o "$out/bin/$(basename "$b")" "$build/$b"
+done
+# Shared libraries outside glibc, libstdc++/libgcc and CUDA (the GPU machine has its own).
+for b in "$out"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux)[.-]|libcu|libnv' |
+  while read -r lib; do cp -L "$lib" "$out/lib/"; done
+cp /usr/local/share/manyshot/gpt2/* "$out/share/gpt2/"
+cp -r "$root/../shared/datasets/sst2_cbu" "$out/shared/datasets/" 2>/dev/null || true
+cp "$root/tools/gpu/run_checks.sh" "$out/"
+cp "$root/bench/torch_peer.py" "$out/" 2>/dev/null || true
+du -sh "$out"
