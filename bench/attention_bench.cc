@@ -207,21 +207,9 @@ int RunAttentionBench(const BenchOptions& options) {
   Report report("attention", options.json);
 
   // The backend: as asked, else CUDA when a GPU can be used, else the CPU.
-  std::unique_ptr<Backend> backend;
   std::string why;
-  if (options.backend.empty()) {
-    BackendKind kind = DefaultBackendKind(&why);
-    auto created = CreateBackend(kind, 0, options.threads);
-    if (!created.ok() && kind == BackendKind::kCuda) {
-      why = std::string(created.status().message());
-      created = CreateBackend(BackendKind::kCpu, 0, options.threads);
-    }
-    backend = Must(std::move(created), "create backend");
-  } else {
-    BackendKind kind = Must(ParseBackendKind(options.backend), "--backend");
-    backend = Must(CreateBackend(kind, 0, options.threads), "create backend");
-    why = "--backend=" + options.backend;
-  }
+  std::unique_ptr<Backend> backend =
+      Must(OpenBenchBackend(options.backend, options.threads, &why), "create backend");
   Backend& b = *backend;
   const bool cuda = b.device() == Device::kCUDA;
   report.AddText("backend", b.name());

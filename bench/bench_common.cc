@@ -6,9 +6,27 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/backends/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 
 namespace manyshot::bench {
+
+absl::StatusOr<std::unique_ptr<Backend>> OpenBenchBackend(const std::string& name, int threads,
+                                                          std::string* why) {
+  if (!name.empty()) {
+    auto kind = ParseBackendKind(name);
+    if (!kind.ok()) return kind.status();
+    *why = "--backend=" + name;
+    return CreateBackend(*kind, 0, threads);
+  }
+  const BackendKind kind = DefaultBackendKind(why);
+  auto created = CreateBackend(kind, 0, threads);
+  if (!created.ok() && kind == BackendKind::kCuda) {
+    *why = std::string(created.status().message());
+    return CreateBackend(BackendKind::kCpu, 0, threads);
+  }
+  return created;
+}
 
 void Report::Add(const std::string& name, double value, const std::string& unit) {
   figures_[name] = value;

@@ -8,9 +8,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "engine/core/backend.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot::bench {
+
+// The backend a subcommand runs on: `name` ("cpu" or "cuda") when given, else CUDA when a GPU can
+// be used, else the CPU. `why` says which and why.
+absl::StatusOr<std::unique_ptr<Backend>> OpenBenchBackend(const std::string& name, int threads,
+                                                          std::string* why);
 
 // Collects named figures; prints "name: value unit" lines, or one JSON object with --json.
 class Report {

@@ -70,7 +70,15 @@ int RunCacheBench(const BenchOptions& options) {
   report.Add("threads", options.threads);
   auto tokenizer = LoadTokenizer(options.tokenizer_dir);
   if (!tokenizer.ok()) return Fail("tokenizer", tokenizer.status());
-  CpuBackend backend(options.threads);
+  std::string why;
+  auto opened = OpenBenchBackend(options.backend, options.threads, &why);
+  if (!opened.ok()) return Fail("backend", opened.status());
+  Backend& backend = **opened;
+  report.AddText("backend", backend.name());
+  report.AddText("backend_why", why);
+  report.AddText("backend_description", backend.description());
+  // Encoding and the restored KV live on the backend: with --backend=cuda, restore is RocksDB ->
+  // host -> GPU memory and re-encoding runs on the GPU (bf16 compute).
   auto model =
       Transformer::Load(EnsureGpt2SmallModel(options.work_dir / "gpt2-small-random"), backend);
   if (!model.ok()) return Fail("model", model.status());

@@ -17,7 +17,8 @@ constexpr char kUsage[] =
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
-    "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read\n"
+    "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read "
+    "(--backend=cuda: into GPU memory)\n"
     "  service     gRPC Classify from 32 clients via manyshot-server vs the in-process engine\n"
     "  attention   context attention, query batches vs same-run copy/GEMM and PyTorch\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
