@@ -447,7 +447,7 @@ absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backen
     if (ChunkChecksum(bytes) != header->chunk_checksums[i]) {
       return absl::DataLossError(absl::StrCat("KV blob ", key, " chunk ", i, " checksum mismatch"));
     }
-    assembler.Feed(bytes);
+    if (absl::Status fed = assembler.Feed(bytes); !fed.ok()) return fed;
   }
   if (assembler.consumed() != header->total_bytes) {
     return absl::DataLossError(absl::StrCat("KV blob ", key, " payload is short"));

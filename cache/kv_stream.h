@@ -20,11 +20,17 @@ absl::Status ForEachPayloadChunk(const EncodedContext& ctx, Backend& backend, si
                                  const std::function<absl::Status(uint64_t, std::string_view)>& fn);
 
 // Fills a context allocated with AllocateContext from payload bytes in `storage_dtype`, fed in
-// order in pieces of any size that are whole elements.
+// order in pieces of any size that are whole elements. When the storage dtype is the target's
+// and `stage_through_pinned` is set (the default for a GPU backend), bytes go through two
+// page-locked host buffers in turn: each piece is copied into one while the device is still
+// reading the other by DMA (asynchronously, on the calling thread's stream), so reading RocksDB and
+// the transfer to the GPU overlap. The caller synchronizes the backend after the last Feed.
 class PayloadAssembler {
  public:
   PayloadAssembler(EncodedContext* target, DType storage_dtype, Backend& backend);
-  void Feed(std::string_view bytes);
+  PayloadAssembler(EncodedContext* target, DType storage_dtype, Backend& backend,
+                   bool stage_through_pinned);
+  absl::Status Feed(std::string_view bytes);
   // Storage-dtype bytes consumed so far.
   size_t consumed() const { return consumed_; }
 
@@ -36,6 +42,13 @@ class PayloadAssembler {
   int64_t element_ = 0;  // next element of segments_[segment_]
   size_t consumed_ = 0;
   std::vector<std::byte> staging_;
+  // Pinned double buffer (stage_through_pinned): the buffer filled next, and whether each one
+  // may still be read by an asynchronous copy.
+  bool stage_through_pinned_ = false;
+  Tensor pinned_[2];
+  bool in_flight_[2] = {false, false};
+  int next_ = 0;
+  absl::Status StagePinned(const char* src, const Tensor& dst);
 };
 
 // The payload segments of `ctx` in order: each tensor's first `tokens` rows, flattened.

@@ -66,21 +66,24 @@ TEST(KvStreamTest, ChunksReassembleBitExactAtAnyChunkSize) {
     auto shape = ShapeOf(ctx);
     ASSERT_TRUE(shape.ok());
     for (size_t chunk_bytes : {4u, 64u, 1000u, 4096u, 1u << 20}) {
-      EncodedContext out = *AllocateContext(backend, *shape);
-      PayloadAssembler assembler(&out, dtype, backend);
-      size_t total = 0, chunks = 0;
-      ASSERT_TRUE(ForEachPayloadChunk(ctx, backend, chunk_bytes,
-                                      [&](uint64_t index, std::string_view bytes) {
-                                        EXPECT_EQ(index, chunks++);
-                                        EXPECT_LE(bytes.size(), chunk_bytes);
-                                        total += bytes.size();
-                                        assembler.Feed(bytes);
-                                        return absl::OkStatus();
-                                      })
-                      .ok());
-      EXPECT_EQ(total, shape->PayloadBytes());
-      EXPECT_EQ(chunks, (total + chunk_bytes - 1) / chunk_bytes);
-      EXPECT_EQ(CompareContexts(ctx, out, backend), "") << DTypeName(dtype) << " " << chunk_bytes;
+      for (bool pinned : {false, true}) {  // the GPU's path through pinned buffers, and plain
+        EncodedContext out = *AllocateContext(backend, *shape);
+        PayloadAssembler assembler(&out, dtype, backend, pinned);
+        size_t total = 0, chunks = 0;
+        ASSERT_TRUE(ForEachPayloadChunk(ctx, backend, chunk_bytes,
+                                        [&](uint64_t index, std::string_view bytes) {
+                                          EXPECT_EQ(index, chunks++);
+                                          EXPECT_LE(bytes.size(), chunk_bytes);
+                                          total += bytes.size();
+                                          return assembler.Feed(bytes);
+                                        })
+                        .ok());
+        EXPECT_EQ(total, shape->PayloadBytes());
+        EXPECT_EQ(chunks, (total + chunk_bytes - 1) / chunk_bytes);
+        EXPECT_TRUE(backend.Synchronize().ok());
+        EXPECT_EQ(CompareContexts(ctx, out, backend), "")
+            << DTypeName(dtype) << " " << chunk_bytes << (pinned ? " pinned" : "");
+      }
     }
   }
 }
@@ -94,8 +97,7 @@ TEST(KvStreamTest, SixteenBitStorageWidensExactlyIntoF32) {
   EncodedContext widened = *AllocateContext(backend, shape);
   PayloadAssembler assembler(&widened, DType::kBF16, backend);
   ASSERT_TRUE(ForEachPayloadChunk(bf16, backend, 100, [&](uint64_t, std::string_view b) {
-                assembler.Feed(b);
-                return absl::OkStatus();
+                return assembler.Feed(b);
               }).ok());
   EXPECT_EQ(CompareContexts(widened, *ToF32(bf16, backend), backend), "");
   // Narrowing the widened values again is exact: memory (f32) and disk (bf16) hold one value set.
