@@ -25,7 +25,7 @@
 #include "engine/model/tiny_model.h"
 #include "engine/transformer/transformer.h"
 #if MANYSHOT_CUDA_ENABLED
-#include "engine/cuda/cuda_reference.h"
+#include "engine/cuda/cuda_plugin.h"
 #endif
 
 namespace manyshot::bench {
@@ -222,11 +222,12 @@ int RunAttentionBench(const BenchOptions& options) {
 #if MANYSHOT_CUDA_ENABLED
   if (cuda) {
     const int dev = b.device_index();
-    device_name = Must(CudaDeviceName(dev), "device name");
+    const CudaPlugin* plugin = Must(CudaPluginForBenchmarks(), "CUDA plugin");
+    device_name = Must(plugin->device_name(dev), "device name");
     ref.copy_bytes_per_second =
-        Must(MeasureDeviceCopyBytesPerSecond(dev, size_t{1} << 30, 20), "copy reference");
-    ref.gemm_flops_per_second =
-        Must(MeasureGemmFlopsPerSecond(dev, 8192, 8192, 8192, DType::kBF16, 20), "GEMM reference");
+        Must(plugin->copy_bytes_per_second(dev, size_t{1} << 30, 20), "copy reference");
+    ref.gemm_flops_per_second = Must(
+        plugin->gemm_flops_per_second(dev, 8192, 8192, 8192, DType::kBF16, 20), "GEMM reference");
     ref.available = true;
   }
 #endif

@@ -1,12 +1,48 @@
 #include "engine/backends/backend_factory.h"
 
+#include <dlfcn.h>
+
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
-#if MANYSHOT_CUDA_ENABLED
-#include "engine/cuda/cuda_backend.h"
-#endif
+#include "engine/cuda/cuda_plugin.h"
 
 namespace manyshot {
+namespace {
+
+// The CUDA plugin (engine/cuda/cuda_plugin.h), loaded once; never unloaded (its code owns the
+// backends and tensors it made).
+absl::StatusOr<const CudaPlugin*> LoadCudaPlugin() {
+#if MANYSHOT_CUDA_ENABLED
+  static const absl::StatusOr<const CudaPlugin*> plugin =
+      []() -> absl::StatusOr<const CudaPlugin*> {
+    std::string errors;
+    for (const char* path : {MANYSHOT_CUDA_PLUGIN_PATH, "libmanyshot_cuda.so"}) {
+      void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        const char* error = dlerror();
+        absl::StrAppend(&errors, errors.empty() ? "" : "; ", error ? error : path);
+        continue;
+      }
+      using Entry = const CudaPlugin* (*)();
+      auto entry = reinterpret_cast<Entry>(dlsym(handle, "manyshot_cuda_plugin"));
+      const CudaPlugin* p = entry ? entry() : nullptr;
+      if (p == nullptr || p->abi_version != CudaPlugin::kAbiVersion) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(path, " is not a manyshot CUDA plugin of this version"));
+      }
+      return p;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load the CUDA backend plugin: ", errors));
+  }();
+  return plugin;
+#else
+  return absl::FailedPreconditionError(
+      "this build has no CUDA backend (configure with nvcc available, MANYSHOT_CUDA=ON)");
+#endif
+}
+
+}  // namespace
 
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
   if (name == "cpu") return BackendKind::kCpu;
@@ -22,13 +58,12 @@ const char* BackendKindName(BackendKind kind) {
 bool CudaBuilt() { return MANYSHOT_CUDA_ENABLED != 0; }
 
 absl::StatusOr<int> CudaDevicesAvailable() {
-#if MANYSHOT_CUDA_ENABLED
-  return CudaDeviceCount();
-#else
-  return absl::FailedPreconditionError(
-      "this build has no CUDA backend (configure with nvcc available, MANYSHOT_CUDA=ON)");
-#endif
+  auto plugin = LoadCudaPlugin();
+  if (!plugin.ok()) return plugin.status();
+  return (*plugin)->device_count();
 }
+
+absl::StatusOr<const CudaPlugin*> CudaPluginForBenchmarks() { return LoadCudaPlugin(); }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, int threads) {
   if (device < 0) return absl::InvalidArgumentError(absl::StrCat("device ", device, " < 0"));
@@ -44,11 +79,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
     return absl::FailedPreconditionError(
         absl::StrCat("the cuda backend cannot start: ", count.status().message()));
   }
-#if MANYSHOT_CUDA_ENABLED
-  return CreateCudaBackend(device);
-#else
-  return absl::InternalError("unreachable: CUDA devices without a CUDA build");
-#endif
+  return (*LoadCudaPlugin())->create_backend(device);
 }
 
 BackendKind DefaultBackendKind(std::string* why) {

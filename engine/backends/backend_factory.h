@@ -28,6 +28,10 @@ absl::StatusOr<int> CudaDevicesAvailable();
 // FAILED_PRECONDITION naming the reason when CUDA is not built or no GPU can be used.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, int threads);
 
+struct CudaPlugin;
+// The loaded CUDA plugin, for the benchmarks' same-run references (engine/cuda/cuda_plugin.h).
+absl::StatusOr<const CudaPlugin*> CudaPluginForBenchmarks();
+
 // The server's default: CUDA when a device is available, else the CPU. `why` receives one line
 // saying which and why.
 BackendKind DefaultBackendKind(std::string* why);

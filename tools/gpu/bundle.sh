@@ -22,6 +22,8 @@ for b in "$out"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux)[.-]|libcu|libnv' |
   while read -r lib; do cp -L "$lib" "$out/lib/"; done
+# The CUDA backend plugin (found through LD_LIBRARY_PATH by its file name).
+cp "$build/engine/libmanyshot_cuda.so" "$out/lib/"
 cp /usr/local/share/manyshot/gpt2/* "$out/share/gpt2/"
 cp -r "$root/../shared/datasets/sst2_cbu" "$out/shared/datasets/" 2>/dev/null || true
 cp "$root/tools/gpu/run_checks.sh" "$out/"

@@ -1,0 +1,18 @@
+#include "engine/cuda/cuda_plugin.h"
+
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_reference.h"
+
+extern "C" __attribute__((visibility("default"))) const manyshot::CudaPlugin*
+manyshot_cuda_plugin() {
+  static const manyshot::CudaPlugin plugin = [] {
+    manyshot::CudaPlugin p;
+    p.device_count = &manyshot::CudaDeviceCount;
+    p.create_backend = &manyshot::CreateCudaBackend;
+    p.device_name = &manyshot::CudaDeviceName;
+    p.copy_bytes_per_second = &manyshot::MeasureDeviceCopyBytesPerSecond;
+    p.gemm_flops_per_second = &manyshot::MeasureGemmFlopsPerSecond;
+    return p;
+  }();
+  return &plugin;
+}

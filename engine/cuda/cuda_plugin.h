@@ -1,0 +1,39 @@
+// The CUDA backend is a plugin: libmanyshot_cuda.so, loaded with dlopen() by
+// engine/backends/backend_factory.cc when a process first asks for CUDA. It is never linked into an
+// executable, because the CUDA runtime's and cuBLASLt's thread-local storage (4 KiB-aligned, and
+// 92 KiB for cuBLASLt) then joins the static TLS block that glibc carves out of every thread's
+// stack: civetweb (prometheus-cpp's /metrics server) runs its workers on small fixed stacks and
+// crashed or failed to start in any process that linked them (with OpenBLAS's 60 KiB of TLS
+// beside them). A dlopen()ed library's TLS is allocated per thread on first use instead.
+//
+// One C entry point hands out the plugin's functions; both sides are built from this tree by
+// the same compiler against the same absl, so C++ types cross the boundary unchanged.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/core/backend.h"
+
+namespace manyshot {
+
+struct CudaPlugin {
+  static constexpr int kAbiVersion = 1;
+  int abi_version = kAbiVersion;
+  absl::StatusOr<int> (*device_count)() = nullptr;
+  absl::StatusOr<std::unique_ptr<Backend>> (*create_backend)(int device) = nullptr;
+  // Same-run references for benchmarks (engine/cuda/cuda_reference.h).
+  absl::StatusOr<std::string> (*device_name)(int device) = nullptr;
+  absl::StatusOr<double> (*copy_bytes_per_second)(int device, size_t bytes,
+                                                  int iterations) = nullptr;
+  absl::StatusOr<double> (*gemm_flops_per_second)(int device, int64_t m, int64_t n, int64_t k,
+                                                  DType dtype, int iterations) = nullptr;
+};
+
+}  // namespace manyshot
+
+// Exported by libmanyshot_cuda.so.
+extern "C" const manyshot::CudaPlugin* manyshot_cuda_plugin();
