@@ -49,17 +49,37 @@ const char* CodeName(grpc::StatusCode code) {
   }
 }
 
-}  // namespace
-
-std::unique_ptr<grpc::ClientContext> CliContext::NewCall() const {
+// The one place every call's ClientContext is made: deadline, bearer token, task metadata.
+std::unique_ptr<grpc::ClientContext> NewContext(const CliContext& cli, std::string_view task_id,
+                                                bool with_deadline) {
   auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds));
+  if (with_deadline) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(cli.timeout_seconds));
+  }
+  if (!cli.token.empty()) context->AddMetadata("authorization", "Bearer " + cli.token);
+  // An id that cannot be metadata is left out rather than failing the call on the client side:
+  // the server rejects such an id anyway, naming the allowed characters.
+  if (IsValidMetadataValue(task_id)) context->AddMetadata(kTaskMetadataKey, std::string(task_id));
   return context;
 }
 
-std::unique_ptr<grpc::ClientContext> CliContext::NewStreamingCall() const {
-  if (timeout_explicit) return NewCall();
-  return std::make_unique<grpc::ClientContext>();
+}  // namespace
+
+bool IsValidMetadataValue(std::string_view value) {
+  if (value.empty() || value.front() == ' ' || value.back() == ' ') return false;
+  for (char c : value) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<grpc::ClientContext> CliContext::NewCall(std::string_view task_id) const {
+  return NewContext(*this, task_id, /*with_deadline=*/true);
+}
+
+std::unique_ptr<grpc::ClientContext> CliContext::NewStreamingCall(std::string_view task_id) const {
+  return NewContext(*this, task_id, /*with_deadline=*/timeout_explicit);
 }
 
 const std::vector<std::string>& CliContext::Repeated(const std::string& name) const {

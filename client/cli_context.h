@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "google/protobuf/message.h"
@@ -12,6 +13,15 @@
 #include "grpcpp/client_context.h"
 
 namespace manyshot::client {
+
+// gRPC metadata naming the task of a per-task call (create, classify, score, generate, get,
+// delete), so that a proxy in front of several replicas can send every call for one task to the
+// replica holding its cached context (deploy/proxy/). The server itself reads the task id from the
+// request message and ignores this.
+inline constexpr char kTaskMetadataKey[] = "x-manyshot-task";
+
+// True when `value` can be sent as ASCII gRPC metadata (printable, no leading/trailing space).
+bool IsValidMetadataValue(std::string_view value);
 
 struct CliContext {
   std::shared_ptr<grpc::Channel> channel;
@@ -25,11 +35,14 @@ struct CliContext {
   std::vector<std::string> args;  // after the subcommand name
   // Repeatable flags (--candidate, --stop, --field): every value, in order.
   std::map<std::string, std::vector<std::string>> repeated;
+  // --token / --token_file: sent as `authorization: Bearer TOKEN` on every call (empty: none).
+  std::string token;
 
-  // A ClientContext with the --timeout deadline applied.
-  std::unique_ptr<grpc::ClientContext> NewCall() const;
+  // A ClientContext with the --timeout deadline applied. Every context carries the bearer token
+  // (when set) and, for a per-task call (non-empty `task_id`), x-manyshot-task: TASK_ID.
+  std::unique_ptr<grpc::ClientContext> NewCall(std::string_view task_id = {}) const;
   // A ClientContext for a streaming call: the deadline only when --timeout was given.
-  std::unique_ptr<grpc::ClientContext> NewStreamingCall() const;
+  std::unique_ptr<grpc::ClientContext> NewStreamingCall(std::string_view task_id = {}) const;
   // Values of a repeatable flag (empty when not given).
   const std::vector<std::string>& Repeated(const std::string& name) const;
 };

@@ -2,6 +2,19 @@
 
 #include "absl/flags/flag.h"
 
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA bundle the server certificate must be signed by; connects with TLS");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate (chain) for mutual TLS; with --tls_key_file and --tls_ca_file");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name the server certificate is checked against (default: the host of --server)");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token: every call carries 'authorization: Bearer TOKEN'; without TLS only to "
+          "loopback servers. Other local users can read it in ps: prefer --token_file");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token (surrounding whitespace ignored); see --token");
+
 ABSL_FLAG(std::string, file, "",
           "create/classify/score: examples file; '-' (classify, score) reads stdin");
 ABSL_FLAG(std::string, format, "",

@@ -1,4 +1,5 @@
-// Flags of the `manyshot` subcommands (the global --server, --json, --timeout live in main.cc).
+// Flags of the `manyshot` subcommands (the global --server, --json, --timeout live in main.cc)
+// and of the connection (TLS, bearer token; see connection.h).
 // --field, --candidate and --stop are repeatable: main.cc collects their values before absl
 // parses the rest (see cli_args.h); they are declared here for --help.
 #pragma once
@@ -9,6 +10,14 @@
 #include <vector>
 
 #include "absl/flags/declare.h"
+
+// Connection (every command).
+ABSL_DECLARE_FLAG(std::string, tls_ca_file);
+ABSL_DECLARE_FLAG(std::string, tls_cert_file);
+ABSL_DECLARE_FLAG(std::string, tls_key_file);
+ABSL_DECLARE_FLAG(std::string, tls_server_name);
+ABSL_DECLARE_FLAG(std::string, token);
+ABSL_DECLARE_FLAG(std::string, token_file);
 
 // Example files (create, classify, score).
 ABSL_DECLARE_FLAG(std::string, file);

@@ -9,7 +9,7 @@
 #include "absl/flags/usage.h"
 #include "client/cli_args.h"
 #include "client/commands.h"
-#include "grpcpp/create_channel.h"
+#include "client/connection.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "manyshot-server address host:port");
 ABSL_FLAG(bool, json, false, "Print JSON instead of human-readable text");
@@ -21,6 +21,8 @@ namespace {
 constexpr char kUsage[] =
     "manyshot: command-line client for manyshot-server\n"
     "usage: manyshot [--server=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND [ARGS] [FLAGS]\n"
+    "       TLS: --tls_ca_file=CA.pem [--tls_cert_file=C.pem --tls_key_file=C.key]\n"
+    "       auth: --token_file=PATH | --token=TOKEN (sends 'authorization: Bearer TOKEN')\n"
     "commands:\n"
     "  health [SERVICE]        health check; exit status 0 when SERVING\n"
     "  info                    model, backend, cache and limits of the server\n"
@@ -57,12 +59,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   manyshot::client::CliContext cli;
-  cli.server = absl::GetFlag(FLAGS_server);
+  absl::Status connected = manyshot::client::Connect(
+      manyshot::client::ConnectionOptionsFromFlags(absl::GetFlag(FLAGS_server)), &cli);
+  if (!connected.ok()) {
+    std::fprintf(stderr, "manyshot: %s\n", std::string(connected.message()).c_str());
+    return 2;
+  }
   cli.json = absl::GetFlag(FLAGS_json);
   cli.timeout_seconds = absl::GetFlag(FLAGS_timeout);
   cli.timeout_explicit = extracted.given.count("timeout") > 0;
   cli.repeated = extracted.repeated;
-  cli.channel = grpc::CreateChannel(cli.server, grpc::InsecureChannelCredentials());
   std::string command = positional[1];
   cli.args.assign(positional.begin() + 2, positional.end());
   using namespace manyshot::client;  // NOLINT: the command table below

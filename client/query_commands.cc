@@ -158,7 +158,7 @@ int RunClassify(const CliContext& cli) {
   if (!absl::GetFlag(FLAGS_stream)) {
     for (size_t b = 0; b < batches.size(); ++b) {
       v1::ClassifyResponse response;
-      auto call = cli.NewCall();
+      auto call = cli.NewCall(task_id);
       grpc::Status status = stub->Classify(call.get(), make_request(b), &response);
       if (!status.ok()) return ReportRpcError(cmd, status);
       if (response.results_size() != static_cast<int>(batches[b].size())) {
@@ -179,7 +179,7 @@ int RunClassify(const CliContext& cli) {
 
   // StreamClassify: every batch on one stream; answers arrive in completion order and are
   // printed in input order.
-  auto call = cli.NewStreamingCall();
+  auto call = cli.NewStreamingCall(task_id);
   auto stream = stub->StreamClassify(call.get());
   std::thread writer([&] {
     for (size_t b = 0; b < batches.size(); ++b) {
@@ -297,7 +297,7 @@ int RunScore(const CliContext& cli) {
     for (const v1::ScoreItem& item : batch) *request.add_items() = item;
     *request.mutable_options() = query;
     v1::ScoreResponse response;
-    auto call = cli.NewCall();
+    auto call = cli.NewCall(task_id);
     grpc::Status status = stub->Score(call.get(), request, &response);
     if (!status.ok()) return ReportRpcError(cmd, status);
     for (int i = 0; i < response.results_size() && i < static_cast<int>(batch.size()); ++i) {
@@ -346,7 +346,7 @@ int RunGenerate(const CliContext& cli) {
   if (absl::GetFlag(FLAGS_no_stop_at_eos)) options->set_stop_at_eos(false);
 
   auto stub = v1::ManyShot::NewStub(cli.channel);
-  auto call = cli.NewStreamingCall();
+  auto call = cli.NewStreamingCall(request.task_id());
   auto stream = stub->Generate(call.get(), request);
   v1::GenerateResponse response;
   std::optional<v1::GenerationResult> result;

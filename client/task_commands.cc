@@ -158,7 +158,7 @@ int RunCreate(const CliContext& cli) {
       task_id, spec, absl::GetFlag(FLAGS_replace), *demonstrations, static_cast<size_t>(chunk));
 
   auto stub = v1::ManyShot::NewStub(cli.channel);
-  auto call = cli.NewStreamingCall();
+  auto call = cli.NewStreamingCall(task_id);
   auto stream = stub->CreateTask(call.get());
   // Writes on their own thread, so that progress is read while the upload is still going.
   std::thread writer([&stream, &requests] {
@@ -202,7 +202,7 @@ int RunGet(const CliContext& cli) {
   v1::GetTaskRequest request;
   request.set_task_id(task_id);
   v1::Task task;
-  auto call = cli.NewCall();
+  auto call = cli.NewCall(task_id);
   grpc::Status status = stub->GetTask(call.get(), request, &task);
   if (!status.ok()) return ReportRpcError("get", status);
   if (cli.json) {
@@ -250,7 +250,7 @@ int RunDelete(const CliContext& cli) {
   v1::DeleteTaskRequest request;
   request.set_task_id(task_id);
   v1::DeleteTaskResponse response;
-  auto call = cli.NewCall();
+  auto call = cli.NewCall(task_id);
   grpc::Status status = stub->DeleteTask(call.get(), request, &response);
   if (!status.ok()) return ReportRpcError("delete", status);
   if (cli.json) {

@@ -9,7 +9,9 @@ response messages are written here by hand as a FileDescriptorProto.
     /usr/bin/python3 client/examples/python_client.py --reflection_only
 
 Lists the services, describes ManyShot, creates a small SST-2 task (its demonstrations sent in
-two chunks on the CreateTask stream), classifies two inputs and prints the results. A failed call
+two chunks on the CreateTask stream), classifies two inputs and prints the results. Every call for
+the task carries `x-manyshot-task: TASK_ID` metadata, so that a proxy in front of several replicas
+(deploy/proxy/) sends it to the replica holding the task; a single server ignores it. A failed call
 (e.g. UNIMPLEMENTED on a server that lacks the RPC) is printed as "python_client.py: METHOD: CODE:
 message" and the exit status is 1.
 """
@@ -22,6 +24,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format, messag
 
 PROG = "python_client.py"
 SERVICE = "manyshot.v1.ManyShot"
+TASK_METADATA = "x-manyshot-task"  # routes per-task calls through a task-affinity proxy
 
 DEMONSTRATIONS = [
     ("a gripping, beautifully acted film", "positive"),
@@ -177,8 +180,10 @@ class ManyShot:
         return kind(f"/{SERVICE}/{name}", request_serializer=lambda x: x.SerializeToString(),
                     response_deserializer=response_cls.FromString)
 
-    def call(self, name, request, timeout=60):
-        return self._callable(name)(request, timeout=timeout)
+    def call(self, name, request, timeout=60, task_id=None):
+        """Calls `name`; a per-task call passes its task_id, sent as x-manyshot-task metadata."""
+        metadata = ((TASK_METADATA, task_id),) if task_id else None
+        return self._callable(name)(request, timeout=timeout, metadata=metadata)
 
 
 def to_dict(message):
@@ -221,7 +226,7 @@ def main():
             client.new("manyshot.v1.CreateTaskRequest", {"demonstrations": demos[3:]}),
         ]
         method = "CreateTask"
-        for response in client.call(method, iter(requests), timeout=600):
+        for response in client.call(method, iter(requests), timeout=600, task_id=args.task_id):
             event = response.WhichOneof("event")
             if event == "progress":
                 p = response.progress
@@ -235,7 +240,7 @@ def main():
         method = "Classify"
         request = client.new("manyshot.v1.ClassifyRequest",
                              {"task_id": args.task_id, "inputs": [{"text": t} for t in INPUTS]})
-        response = client.call(method, request)
+        response = client.call(method, request, task_id=args.task_id)
         for text, result in zip(INPUTS, response.results):
             probability = result.scores[result.label_index].probability if result.scores else 0.0
             print(f"{result.label}\t{probability:.4f}\t{text}")
