@@ -189,22 +189,11 @@ class SecurityTlsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_EQ(RunCommand({"/bin/sh", "-c", "command -v openssl"}, dir_.path()).exit_status, 0)
         << "the openssl CLI is needed (scripts/setup.sh installs it)";
-    const std::string script = R"(set -e
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=manyshot-test-ca \
-  -keyout ca.key -out ca.pem 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > server.ext
-openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr \
-  2>/dev/null
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-  -extfile server.ext -out server.pem 2>/dev/null
-printf 'extendedKeyUsage=clientAuth\n' > client.ext
-openssl req -newkey rsa:2048 -nodes -subj /CN=manyshot-test-client -keyout client.key \
-  -out client.csr 2>/dev/null
-openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-  -extfile client.ext -out client.pem 2>/dev/null
-)";
     auto made =
-        RunCommand({"/bin/sh", "-c", "cd '" + dir_.path().string() + "'\n" + script}, dir_.path());
+        RunCommand({"/bin/sh", "-c",
+                    "cd '" + dir_.path().string() +
+                        "' && /bin/sh '" MANYSHOT_SOURCE_DIR "/tests/data/make_test_certs.sh'"},
+                   dir_.path());
     ASSERT_EQ(made.exit_status, 0) << made.err;
   }
 
