@@ -58,7 +58,11 @@ void BpeTokenizer::EncodeSegment(std::string_view text, bool first_segment,
     case BpePipeline::PreTokenizer::kByteLevel: {
       std::string prefixed;
       if (p.byte_level_add_prefix_space && !view.empty() && view[0] != ' ') {
-        prefixed = " " + std::string(view);
+        // reserve + append, not " " + std::string(view): GCC 12 at -O3 (Release) reports a false
+        // -Wrestrict overlap inside the operator+ it inlines.
+        prefixed.reserve(view.size() + 1);
+        prefixed.push_back(' ');
+        prefixed.append(view);
         view = prefixed;
       }
       thread_local std::vector<Piece> pieces;
