@@ -16,8 +16,9 @@ class IclTask;
 class Tokenizer;
 class Transformer;
 
-// Bumped whenever the blob layout or the encoding rules change, so old blobs are never reused.
-inline constexpr uint32_t kCacheFormatVersion = 1;
+// Bumped whenever the blob layout, the encoding rules or the fingerprints change, so old blobs are
+// never reused. 2: model and tokenizer fingerprints are XXH3 (engine/core/stable_hash.h).
+inline constexpr uint32_t kCacheFormatVersion = 2;
 
 struct CacheKeyInputs {
   uint32_t format_version = kCacheFormatVersion;

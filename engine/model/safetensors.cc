@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/stable_hash.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {
@@ -346,13 +347,12 @@ std::string SafetensorsArchive::fingerprint() const {
   std::sort(files.begin(), files.end(), [](const MappedFile* a, const MappedFile* b) {
     return a->path().filename() < b->path().filename();
   });
-  uint64_t h = 0x6d616e7973686f74ull;  // "manyshot"
+  StableHash hash;
   for (const MappedFile* f : files) {
-    std::string name = f->path().filename().string();
-    h = HashBytes(reinterpret_cast<const std::byte*>(name.data()), name.size(), h);
-    h = HashBytes(f->data(), f->size(), h);
+    hash.UpdateFile(f->path().filename().string(),
+                    std::string_view(reinterpret_cast<const char*>(f->data()), f->size()));
   }
-  return absl::StrFormat("%016x", h);
+  return hash.Hex();
 }
 
 }  // namespace manyshot

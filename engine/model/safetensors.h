@@ -76,8 +76,8 @@ class SafetensorsArchive {
   absl::Status ReadF32(std::string_view name, absl::Span<const int64_t> expected_shape,
                        float* dst) const;
 
-  // Stable hex hash over the bytes of every file (sorted by file name): identifies the weights
-  // independently of config.json. Deterministic across runs and machines.
+  // XXH3 (StableHash) over the name, size and bytes of every file, sorted by file name: identifies
+  // the weights independently of config.json. Fixed across runs, machines and builds.
   std::string fingerprint() const;
 
  private:
@@ -88,8 +88,9 @@ class SafetensorsArchive {
   std::map<std::string, TensorInfo, std::less<>> tensors_;
 };
 
-// Hashes bytes 64 bits at a time (FNV-1a style over words, four independent lanes for speed).
-// Exposed for tests; the archive fingerprint chains this over files.
+// Mixes bytes 64 bits at a time (FNV-1a style over words, four independent lanes) with a seed.
+// The tiny-model writer derives its per-tensor PRNG seeds from it, so the tiny models (and the
+// goldens computed from them) pin its output. Not the archive fingerprint: that is StableHash.
 uint64_t HashBytes(const std::byte* data, size_t size, uint64_t seed);
 
 std::string ShapeString(absl::Span<const int64_t> shape);

@@ -4,7 +4,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/fingerprint.h"
+#include "engine/core/stable_hash.h"
 #include "engine/tokenizer/loaders.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -38,7 +38,7 @@ absl::StatusOr<std::string> ReadFile(const fs::path& p) {
 
 // Merges the special-token names of tokenizer_config.json over special_tokens_map.json, and
 // feeds both files into the fingerprint (they decide bos/eos, so they define the tokenizer).
-absl::StatusOr<SpecialTokenNames> ReadSpecialTokenNames(const fs::path& dir, Fnv1a64& hash) {
+absl::StatusOr<SpecialTokenNames> ReadSpecialTokenNames(const fs::path& dir, StableHash& hash) {
   SpecialTokenNames names;
   for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
     if (!IsFile(dir / name)) continue;
@@ -60,7 +60,7 @@ absl::Status WithDir(const absl::Status& s, const fs::path& dir) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const fs::path& model_dir) {
-  Fnv1a64 hash;
+  StableHash hash;
   auto load = [&]() -> absl::StatusOr<std::unique_ptr<Tokenizer>> {
     // The defining file(s) go first into the hash, then the special-token configs.
     if (IsFile(model_dir / "tokenizer.json")) {

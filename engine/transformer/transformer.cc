@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/stable_hash.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
 
@@ -140,8 +141,9 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   if (!archive_or.ok()) return archive_or.status();
   const SafetensorsArchive& archive = *archive_or;
   const ModelConfig& c = config_;
-  fingerprint_ = absl::StrCat(archive.fingerprint(), "-",
-                              std::hash<std::string>{}(ModelConfigToJson(c)) % 1000000007);
+  StableHash config_hash;
+  config_hash.Update(ModelConfigToJson(c));
+  fingerprint_ = absl::StrCat(archive.fingerprint(), "-", config_hash.Hex());
   WeightReader reader(archive, c.architecture, *backend_, compute_dtype_);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q_out = c.num_heads * D, kv_out = c.num_kv_heads * D;

@@ -229,7 +229,7 @@ TEST(SafetensorsTest, FingerprintStableAndSensitive) {
 }
 
 TEST(SafetensorsTest, HashBytesIsFixedAndSensitive) {
-  // Pinned values: the fingerprint is persisted (cache keys), so the hash must never change.
+  // Pinned values: the tiny models' weights (and so the goldens) derive from this hash.
   std::string s = "manyshot fingerprint test vector, longer than 32 bytes.";
   const auto* p = reinterpret_cast<const std::byte*>(s.data());
   EXPECT_EQ(HashBytes(p, s.size(), 0), 0x4916a31f8b91d1f9ull);
