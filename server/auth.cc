@@ -7,8 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "absl/strings/str_cat.h"
 #include "server/request_context.h"
+#include "spdlog/spdlog.h"
 
 namespace manyshot::server {
 namespace {
@@ -55,7 +58,7 @@ absl::StatusOr<TokenTable> LoadTokensFile(const std::string& path) {
                                                      ": expected 'TOKEN TENANT', got ",
                                                      fields.size(), " field(s)"));
     }
-    if (!tokens.emplace(std::string(fields[0]), std::string(fields[1])).second) {
+    if (!tokens.Add(fields[0], std::string(fields[1]))) {
       return absl::InvalidArgumentError(
           absl::StrCat("--auth_tokens_file=", path, " line ", number, ": duplicate token"));
     }
@@ -66,6 +69,13 @@ absl::StatusOr<TokenTable> LoadTokensFile(const std::string& path) {
   if (tokens.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--auth_tokens_file=", path, " holds no 'TOKEN TENANT' lines"));
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    spdlog::warn(
+        "--auth_tokens_file={} is accessible to other users (mode {:o}); its tokens are "
+        "secrets: chmod 600 it",
+        path, st.st_mode & 07777);
   }
   return tokens;
 }
@@ -95,8 +105,7 @@ grpc::Status BearerTokenAuthProcessor::Process(const InputMetadata& auth_metadat
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the authorization metadata must be 'Bearer TOKEN'");
   }
-  auto token = tokens_.find(Strip(value.substr(kBearer.size())));
-  if (token == tokens_.end()) {
+  if (!tokens_.Find(Strip(value.substr(kBearer.size())))) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown bearer token");
   }
   // Not marked consumed, and no auth-context property: properties land on the connection's auth
@@ -139,9 +148,7 @@ std::optional<std::string> TenantForAuthorization(std::string_view authorization
       authorization.substr(0, kBearer.size()) != kBearer) {
     return std::nullopt;
   }
-  auto it = tokens->find(Strip(authorization.substr(kBearer.size())));
-  if (it == tokens->end()) return std::nullopt;
-  return it->second;
+  return tokens->Find(Strip(authorization.substr(kBearer.size())));
 }
 
 }  // namespace manyshot::server

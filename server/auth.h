@@ -5,21 +5,20 @@
 
 #include <optional>
 
-#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/auth_metadata_processor.h"
+#include "server/token_table.h"
 
 namespace manyshot::server {
 
-// token -> tenant.
-using TokenTable = std::map<std::string, std::string, std::less<>>;
-
 // Reads a tokens file: one `TOKEN TENANT` per line (separated by spaces or tabs); blank lines and
 // lines starting with '#' are skipped. An unreadable file, a malformed line (naming its number) or
-// a duplicate token is an error; so is a file with no tokens.
+// a duplicate token is an error; so is a file with no tokens. A file that other users may read is
+// logged as a warning (its tokens are secrets: chmod 600).
 absl::StatusOr<TokenTable> LoadTokensFile(const std::string& path);
 
 // Methods reachable without a token: the gRPC health service, so load balancers and Kubernetes
@@ -37,7 +36,7 @@ class BearerTokenAuthProcessor : public grpc::AuthMetadataProcessor {
  public:
   explicit BearerTokenAuthProcessor(TokenTable tokens);
 
-  // Cheap and non-blocking: a map lookup; runs on gRPC's thread.
+  // Cheap and non-blocking: one SHA-256 and a constant-time scan; runs on gRPC's thread.
   bool IsBlocking() const override { return false; }
 
   grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,

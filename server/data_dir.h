@@ -11,7 +11,9 @@ namespace manyshot::server {
 class DataDir {
  public:
   // Creates `path` if needed and takes an exclusive lock on path/LOCK (FAILED_PRECONDITION
-  // naming the path when another process holds it).
+  // naming the path when another process holds it). Then makes the directory and everything in it
+  // private to the server's user (directories 0700, files 0600), logging what it changed; with the
+  // server's umask (077, set in main.cc) everything written later is private too.
   static absl::StatusOr<std::unique_ptr<DataDir>> Open(const std::filesystem::path& path);
   ~DataDir();
   DataDir(const DataDir&) = delete;

@@ -1,5 +1,6 @@
 // manyshot-server: the gRPC service for many-shot in-context learning.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
@@ -157,6 +158,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "manyshot-server: %s\n", std::string(status.message()).c_str());
     return 2;
   }
+  // Everything the server creates (the data directory, RocksDB, the generated model, the port
+  // file) holds tenants' data or secrets: private to the server's user (0700/0600).
+  ::umask(077);
 
   // Block the shutdown signals in every thread (gRPC's threads inherit this mask) and take them
   // synchronously below, so shutdown runs on the main thread, never inside a signal handler.

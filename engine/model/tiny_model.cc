@@ -119,12 +119,18 @@ std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
 }
 
 absl::Status CopyFile(const std::filesystem::path& from, const std::filesystem::path& to) {
-  std::error_code ec;
-  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
-  if (ec) return absl::InternalError(absl::StrCat("copy ", from.string(), ": ", ec.message()));
-  // Registry/shared tokenizer files can be read-only; the model dir should be ours to delete.
-  std::filesystem::permissions(to, std::filesystem::perms::owner_write,
-                               std::filesystem::perm_options::add, ec);
+  // The bytes only, into a new file whose mode follows the process's umask like every other file
+  // written here: the source's mode (read-only registry files, world-readable shared ones) must
+  // not leak into the model directory (the server keeps its data directory private).
+  std::ifstream in(from, std::ios::binary);
+  if (!in) return absl::InternalError(absl::StrCat("copy ", from.string(), ": cannot read it"));
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out << in.rdbuf();
+  out.flush();
+  if (!out || in.bad()) {
+    return absl::InternalError(
+        absl::StrCat("copy ", from.string(), " to ", to.string(), ": write failed"));
+  }
   return absl::OkStatus();
 }
 

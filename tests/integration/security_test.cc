@@ -165,6 +165,40 @@ TEST(SecurityTest, BearerTokensAndTenantIsolation) {
   }
 }
 
+// Everything in the data directory is private to the server's user, including what an older
+// server left world-readable; a tokens file other users can read is warned about.
+TEST(SecurityTest, DataDirectoryIsPrivateAndReadableTokensFilesAreWarnedAbout) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  fs::path data = dir.path() / "data";
+  fs::create_directories(data / "leftover");
+  WriteText(data / "leftover" / "old.txt", "written by an older server");
+  fs::permissions(data, fs::perms(0755), fs::perm_options::replace);
+  fs::permissions(data / "leftover" / "old.txt", fs::perms(0644), fs::perm_options::replace);
+  WriteText(dir.path() / "tokens", "token-a tenant-a\n");
+  fs::permissions(dir.path() / "tokens", fs::perms(0644), fs::perm_options::replace);
+
+  ServerUnderTest server(data, {"--auth_tokens_file=" + (dir.path() / "tokens").string()});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  EXPECT_NE(server.Stderr().find("is accessible to other users (mode 644)"), std::string::npos)
+      << server.Stderr();
+  EXPECT_NE(server.Stderr().find("made 3 entries private"), std::string::npos) << server.Stderr();
+  auto stub = v1::ManyShot::NewStub(ChannelWithAuth(server.address(), "Bearer token-a"));
+  auto created = CreateTask(*stub, "private", Sst2Spec(), Sst2Demonstrations());
+  ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+
+  size_t entries = 0;
+  auto check = [&](const fs::path& p) {
+    fs::perms perms = fs::symlink_status(p).permissions();
+    EXPECT_EQ(perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none)
+        << p << " has mode " << std::oct << static_cast<unsigned>(perms);
+    ++entries;
+  };
+  check(data);
+  for (const auto& entry : fs::recursive_directory_iterator(data)) check(entry.path());
+  EXPECT_GT(entries, 10u);  // RocksDB files, the generated model, the task's KV: all checked
+}
+
 TEST(SecurityTest, MalformedTokensFileFailsStartupNamingTheLine) {
   TempDir dir;
   WriteText(dir.path() / "tokens", "# ok\ntoken-a tenant-a\nonly-one-field\n");
