@@ -127,6 +127,16 @@ double IclTask::default_factor() const {
 absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolve(
     const EncodedContext* context, const QueryOverrides& overrides) {
   const PromptMode mode = overrides.mode.value_or(options_.mode);
+  // The proto documents the override for STRUCTURED mode; silently switching a PARALLEL or
+  // CONVENTIONAL request to structured attention would answer a different question.
+  if (overrides.rescale_factor && mode != PromptMode::kStructured) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.rescale_factor applies to STRUCTURED mode only; this request runs "
+                     "in ",
+                     mode == PromptMode::kParallel ? "PARALLEL" : "CONVENTIONAL",
+                     " mode (the task's mode or options.mode): leave rescale_factor unset or set "
+                     "options.mode=STRUCTURED"));
+  }
   if (mode == PromptMode::kConventional) {
     std::lock_guard<std::mutex> lock(lazy_mutex_);
     if (!conventional_) {

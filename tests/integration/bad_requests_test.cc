@@ -335,6 +335,25 @@ std::vector<BadRequest> Cases() {
       },
       StatusCode::INVALID_ARGUMENT, "options.rescale_factor");
   add(
+      "classify_rescale_factor_in_parallel_mode",
+      [](auto& s) {
+        return ClassifyWith(s, [](auto& r) {
+          r.mutable_options()->set_mode(v1::MODE_PARALLEL);
+          r.mutable_options()->set_rescale_factor(2);
+        });
+      },
+      StatusCode::INVALID_ARGUMENT,
+      "applies to STRUCTURED mode only; this request runs in PARALLEL");
+  add(
+      "classify_rescale_factor_in_conventional_mode",
+      [](auto& s) {
+        return ClassifyWith(s, [](auto& r) {
+          r.mutable_options()->set_mode(v1::MODE_CONVENTIONAL);
+          r.mutable_options()->set_rescale_factor(2);
+        });
+      },
+      StatusCode::INVALID_ARGUMENT, "this request runs in CONVENTIONAL mode");
+  add(
       "classify_unknown_mode",
       [](auto& s) {
         return ClassifyWith(

@@ -141,6 +141,19 @@ TEST(IclTaskTest, ModesAndOverrides) {
   QueryOverrides bad;
   bad.rescale_factor = -2;
   EXPECT_EQ(task.Classify({input}, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  // A factor is for STRUCTURED mode: with PARALLEL or CONVENTIONAL it is an error naming the mode,
+  // never a silent switch to structured attention.
+  for (PromptMode mode : {PromptMode::kParallel, PromptMode::kConventional}) {
+    QueryOverrides factor_in_other_mode;
+    factor_in_other_mode.mode = mode;
+    factor_in_other_mode.rescale_factor = 2.0;
+    auto refused = task.Classify({input}, factor_in_other_mode);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(mode == PromptMode::kParallel ? "PARALLEL"
+                                                                            : "CONVENTIONAL"),
+              std::string::npos)
+        << refused.status();
+  }
 }
 
 TEST(IclTaskTest, MultiChoiceScoresCandidatesPerInput) {
