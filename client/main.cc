@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "client/cli_args.h"
 #include "client/commands.h"
 #include "client/connection.h"
@@ -41,6 +42,9 @@ constexpr char kUsage[] =
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] { return std::string("manyshot " MANYSHOT_VERSION "\n"); };
+  absl::SetFlagsUsageConfig(usage_config);
   // Repeatable flags are taken out before absl parses the rest (absl keeps only the last value).
   manyshot::client::ExtractedArgs extracted = manyshot::client::ExtractRepeatedFlags(
       std::vector<std::string>(argv, argv + argc), {"field", "candidate", "stop"});

@@ -9,24 +9,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-PACKAGES=(
-  # build
-  build-essential cmake pkg-config clang-format
-  # libraries (DEVELOPERS.md)
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler librocksdb-dev
-  libspdlog-dev prometheus-cpp-dev libabsl-dev libgtest-dev libgmock-dev libopenblas-dev
-  nlohmann-json3-dev
-  # SentencePiece: tokenizer.model support and the parity reference for Llama-2 ids
-  libsentencepiece-dev sentencepiece python3-sentencepiece
-  # the independent NumPy reference, and gRPC clients/reflection checks from Python
-  python3-numpy python3-grpcio python3-protobuf
-  # checksums for the KV blob format
-  libxxhash-dev
-  curl ca-certificates openssl
-  # deploy/: a real Prometheus (and promtool) for the rules and dashboard tests, nginx as the
-  # task-affinity proxy, yamllint and PyYAML for the Kubernetes and Envoy checks
-  prometheus nginx yamllint python3-yaml
-)
+# One list for this script and the Dockerfile (scripts/debian_packages.sh says what each group is for).
+mapfile -t PACKAGES < <(bash "$(dirname "$0")/debian_packages.sh" all)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

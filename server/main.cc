@@ -9,6 +9,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+#include "server/build_info.h"
 #include "server/logging.h"
 #include "server/server_app.h"
 #include "spdlog/spdlog.h"
@@ -145,7 +148,19 @@ int main(int argc, char** argv) {
       "manyshot-server: many-shot in-context learning over gRPC.\n"
       "  manyshot-server [--listen_address=127.0.0.1:50051] [--data_dir=manyshot-data] "
       "[--model_dir=DIR]");
+  // --version: what was built (the container image's build checks it runs at all).
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] {
+    return absl::StrCat("manyshot-server ", manyshot::server::kVersion, " (",
+                        manyshot::server::kBuildType, ", ", manyshot::server::kCompiler,
+                        ", CUDA backend built: ", manyshot::server::kCudaEnabled ? "yes" : "no",
+                        ")\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
+  // Everything the server creates (the data directory, RocksDB, the generated model, the port
+  // file) holds tenants' data or secrets: private to the server's user (0700/0600).
+  ::umask(077);
   manyshot::server::ServerConfig config = ConfigFromFlags();
 
   if (config.threads < 0) {
@@ -158,9 +173,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "manyshot-server: %s\n", std::string(status.message()).c_str());
     return 2;
   }
-  // Everything the server creates (the data directory, RocksDB, the generated model, the port
-  // file) holds tenants' data or secrets: private to the server's user (0700/0600).
-  ::umask(077);
 
   // Block the shutdown signals in every thread (gRPC's threads inherit this mask) and take them
   // synchronously below, so shutdown runs on the main thread, never inside a signal handler.

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The Debian 12 packages manyshot needs, by purpose. The one list scripts/setup.sh and the
+# Dockerfile both install from, so the image builds with exactly what the tests build with.
+#   debian_packages.sh build    compile manyshot-server and the manyshot CLI (-DBUILD_TESTING=OFF)
+#   debian_packages.sh runtime  run them: the shared libraries they load (`ldd` of both binaries)
+#   debian_packages.sh test     what the test suite, the benchmarks and the tools add to "build"
+#   debian_packages.sh all      build + test (what scripts/setup.sh installs)
+set -euo pipefail
+
+build=(
+  build-essential cmake pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler librocksdb-dev
+  libspdlog-dev prometheus-cpp-dev libabsl-dev libopenblas-dev nlohmann-json3-dev
+  # checksums for the KV blob format; SHA-256 and constant-time compares for bearer tokens
+  libxxhash-dev libssl-dev
+)
+runtime=(
+  libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 libssl3
+  libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1
+  libopenblas0-pthread libgfortran5 libquadmath0 libxxhash0
+  # RocksDB is linked statically; these are its compression libraries
+  libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g
+)
+test=(
+  clang-format libgtest-dev libgmock-dev
+  # SentencePiece: tokenizer.model support and the parity reference for Llama-2 ids
+  libsentencepiece-dev sentencepiece python3-sentencepiece
+  # the independent NumPy reference, and gRPC clients/reflection checks from Python
+  python3-numpy python3-grpcio python3-protobuf
+  curl ca-certificates openssl
+  # deploy/: a real Prometheus (and promtool) for the rules and dashboard tests, nginx as the
+  # task-affinity proxy, yamllint and PyYAML for the Kubernetes and Envoy checks
+  prometheus nginx yamllint python3-yaml
+  # the container image test (tests/deploy/docker): a base image from debootstrap, built with
+  # podman (no Docker daemon needed) and run from its mounted filesystem
+  podman debootstrap
+)
+
+case "${1:-}" in
+  build) printf '%s\n' "${build[@]}" ;;
+  runtime) printf '%s\n' "${runtime[@]}" ;;
+  test) printf '%s\n' "${test[@]}" ;;
+  all) printf '%s\n' "${build[@]}" "${test[@]}" ;;
+  *)
+    echo "usage: debian_packages.sh build|runtime|test|all" >&2
+    exit 2
+    ;;
+esac
