@@ -37,6 +37,34 @@ absl::StatusOr<PromptMode> ToMode(v1::Mode mode, const std::string& what) {
   }
 }
 
+// The server keeps one KV storage type (--kv_dtype) for every task; a task may name it, not ask
+// for another.
+absl::Status CheckKvDtype(v1::KvDtype requested, const ServerConfig& config) {
+  const char* name = nullptr;
+  switch (requested) {
+    case v1::KV_DTYPE_UNSPECIFIED:
+      return absl::OkStatus();
+    case v1::KV_DTYPE_F32:
+      name = "f32";
+      break;
+    case v1::KV_DTYPE_BF16:
+      name = "bf16";
+      break;
+    case v1::KV_DTYPE_F16:
+      name = "f16";
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("spec.kv_dtype ", static_cast<int>(requested),
+                                                     " is not a known KV dtype (F32, BF16, F16)"));
+  }
+  if (config.kv_dtype != name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.kv_dtype asks for ", name, " but this server stores every task's KV as ",
+                     config.kv_dtype, " (--kv_dtype): leave kv_dtype unset"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateTaskId(const std::string& task_id) {
@@ -60,6 +88,12 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
   }
   if (auto s = CheckText(spec.input_template(), config, "spec.input_template"); !s.ok()) return s;
   o.input_template = spec.input_template();
+  // Every string of the spec is rendered or tokenized per demonstration or per query: bounded.
+  if (auto s = CheckText(spec.answer_template(), config, "spec.answer_template"); !s.ok()) return s;
+  if (auto s = CheckText(spec.separator(), config, "spec.separator"); !s.ok()) return s;
+  if (auto s = CheckText(spec.calibration_text(), config, "spec.calibration_text"); !s.ok()) {
+    return s;
+  }
   if (spec.has_answer_template()) o.answer_template = spec.answer_template();
   if (spec.has_separator()) o.separator = spec.separator();
   if (static_cast<uint32_t>(spec.labels_size()) > config.max_labels) {
@@ -70,6 +104,9 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
   for (int i = 0; i < spec.labels_size(); ++i) {
     if (spec.labels(i).empty()) {
       return absl::InvalidArgumentError(absl::StrCat("spec.labels[", i, "] is empty"));
+    }
+    if (auto s = CheckText(spec.labels(i), config, absl::StrCat("spec.labels[", i, "]")); !s.ok()) {
+      return s;
     }
     o.labels.push_back(spec.labels(i));
   }
@@ -109,6 +146,7 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
     default:
       return absl::InvalidArgumentError("spec.long_demonstrations is not a known policy");
   }
+  if (auto s = CheckKvDtype(spec.kv_dtype(), config); !s.ok()) return s;
   o.calibrate = spec.calibrate();
   if (spec.has_calibration_text()) o.calibration_text = spec.calibration_text();
   o.max_query_tokens =
@@ -144,6 +182,7 @@ absl::StatusOr<std::vector<Example>> ToDemonstrations(
     }
     switch (d.answer_case()) {
       case v1::Demonstration::kLabel:
+        if (auto s = CheckText(d.label(), config, what + ".label"); !s.ok()) return s;
         e.label = d.label();
         break;
       case v1::Demonstration::kLabelIndex:

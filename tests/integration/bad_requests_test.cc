@@ -202,6 +202,55 @@ std::vector<BadRequest> Cases() {
       "spec_empty_label",
       [](auto& s) { return CreateWith(s, "t", [](auto& sp) { sp.set_labels(1, ""); }); },
       StatusCode::INVALID_ARGUMENT, "spec.labels[1] is empty");
+  // Every string of a spec and a demonstration's label text is bounded by --max_input_bytes (512).
+  const std::string too_long(513, 'x');
+  add(
+      "spec_label_over_max_input_bytes",
+      [too_long](auto& s) {
+        return CreateWith(s, "t", [too_long](auto& sp) { sp.set_labels(0, too_long); });
+      },
+      StatusCode::INVALID_ARGUMENT,
+      "spec.labels[0] has 513 bytes, more than --max_input_bytes 512");
+  add(
+      "spec_answer_template_over_max_input_bytes",
+      [too_long](auto& s) {
+        return CreateWith(s, "t",
+                          [too_long](auto& sp) { sp.set_answer_template(too_long + "{label}"); });
+      },
+      StatusCode::INVALID_ARGUMENT, "spec.answer_template has 520 bytes");
+  add(
+      "spec_separator_over_max_input_bytes",
+      [too_long](auto& s) {
+        return CreateWith(s, "t", [too_long](auto& sp) { sp.set_separator(too_long); });
+      },
+      StatusCode::INVALID_ARGUMENT, "spec.separator has 513 bytes");
+  add(
+      "spec_calibration_text_over_max_input_bytes",
+      [too_long](auto& s) {
+        return CreateWith(s, "t", [too_long](auto& sp) {
+          sp.set_calibrate(true);
+          sp.set_calibration_text(too_long);
+        });
+      },
+      StatusCode::INVALID_ARGUMENT, "spec.calibration_text has 513 bytes");
+  add(
+      "demo_label_text_over_max_input_bytes",
+      [too_long](auto& s) {
+        return CreateWithDemos(s, [too_long](auto& d) { d[1].set_label(too_long); });
+      },
+      StatusCode::INVALID_ARGUMENT, "demonstrations[1].label has 513 bytes");
+  add(
+      "spec_unknown_kv_dtype",
+      [](auto& s) {
+        return CreateWith(s, "t", [](auto& sp) { sp.set_kv_dtype(static_cast<v1::KvDtype>(9)); });
+      },
+      StatusCode::INVALID_ARGUMENT, "spec.kv_dtype 9 is not a known KV dtype");
+  add(
+      "spec_kv_dtype_other_than_the_servers",
+      [](auto& s) {
+        return CreateWith(s, "t", [](auto& sp) { sp.set_kv_dtype(v1::KV_DTYPE_BF16); });
+      },
+      StatusCode::INVALID_ARGUMENT, "spec.kv_dtype asks for bf16 but this server stores");
   add(
       "spec_negative_rescale_factor",
       [](auto& s) { return CreateWith(s, "t", [](auto& sp) { sp.set_rescale_factor(-1); }); },
