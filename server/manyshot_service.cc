@@ -203,9 +203,7 @@ grpc::Status ManyShotService::DoClassify(grpc::ServerContext* context,
         static_cast<size_t>(r.prediction) >= r.labels.size()) {
       return grpc::Status(grpc::StatusCode::INTERNAL,
                           absl::StrCat("the engine scored ", r.labels.size(),
-                                       " labels for a task "
-                                       "with ",
-                                       spec.labels_size()));
+                                       " labels for a task with ", spec.labels_size()));
     }
     auto* out = response->add_results();
     out->set_label(spec.labels(static_cast<int>(r.prediction)));
