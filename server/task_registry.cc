@@ -197,19 +197,23 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
       entries_[key] = std::move(encoding);
     }
   }
-  // On failure a replaced version stays served (and a quarantined one stays FAILED as it was);
-  // a new task becomes FAILED with the error, until it is deleted or created again.
+  // On failure a replaced version stays served (and a quarantined one stays FAILED as it was). A
+  // new task becomes FAILED with the error, until it is deleted or created again, unless the
+  // request itself was wrong (INVALID_ARGUMENT, e.g. a demonstration longer than a group, found
+  // while tokenizing): the caller has the error, and a bad request leaves nothing behind.
   auto fail = [&](absl::Status status) -> absl::Status {
     std::lock_guard<std::mutex> lock(mutex_);
     if (previous.current || previous.quarantined) {
       entries_[key] = previous;
+    } else if (absl::IsInvalidArgument(status)) {
+      entries_.erase(key);
     } else {
       Entry& failed = entries_[key];
       failed.shown.set_state(v1::TASK_STATE_FAILED);
       failed.shown.set_error(std::string(status.message()));
+      spdlog::error("CreateTask of task {} (tenant {}) failed; the task is FAILED: {}", task_id,
+                    tenant, status.ToString());
     }
-    spdlog::warn("CreateTask of task {} (tenant {}) failed: {}", task_id, tenant,
-                 status.ToString());
     return status;
   };
 

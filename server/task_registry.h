@@ -5,9 +5,9 @@
 //   READY     served; `replacing` while a CreateTask with replace encodes its next version (the
 //             current one stays served until the next one has committed);
 //   FAILED    not served, with the reason: its stored record was found damaged at startup
-//             (quarantined, kept on disk), or its CreateTask failed after it became visible (kept
-//             in memory only). DeleteTask removes it; CreateTask (with replace, when quarantined)
-//             overwrites it.
+//             (quarantined), or its CreateTask failed after it became visible for a reason other
+//             than a bad request (kept in memory only; INVALID_ARGUMENT leaves nothing behind).
+//             DeleteTask removes it; CreateTask (with replace, when quarantined) overwrites it.
 #pragma once
 
 #include <condition_variable>
