@@ -188,7 +188,12 @@ absl::StatusOr<PinnedContext> ContextCache::AcquireLocked(const std::string& key
   auto prepared = Prepare(*ctx);
   if (!prepared.ok()) return prepared.status();
   if (creating) {
-    if (absl::Status s = disk_->PutTask(*creating, &prepared->storage, backend_); !s.ok()) return s;
+    std::string released;
+    if (absl::Status s = disk_->PutTask(*creating, &prepared->storage, backend_, &released);
+        !s.ok()) {
+      return s;
+    }
+    Release(released);
   } else if (re_encode) {
     // Serving does not depend on the write: a failed one is logged and the next restart re-encodes.
     if (absl::Status s = disk_->PutBlob(key, prepared->storage, backend_); !s.ok()) {
@@ -206,11 +211,19 @@ absl::StatusOr<PinnedContext> ContextCache::Acquire(const std::string& key, cons
 
 absl::Status ContextCache::PutTask(const TaskRecord& record, const EncodedContext& ctx) {
   InflightGuard guard(inflight_mutex_, inflight_cv_, inflight_, record.kv_key);
-  if (disk_->HasBlob(record.kv_key)) return disk_->PutTask(record, nullptr, backend_);
+  std::string released;
+  if (disk_->HasBlob(record.kv_key)) {
+    if (absl::Status s = disk_->PutTask(record, nullptr, backend_, &released); !s.ok()) return s;
+    Release(released);
+    return absl::OkStatus();
+  }
   auto prepared = Prepare(ctx);
   if (!prepared.ok()) return prepared.status();
-  if (absl::Status s = disk_->PutTask(record, &prepared->storage, backend_); !s.ok()) return s;
+  if (absl::Status s = disk_->PutTask(record, &prepared->storage, backend_, &released); !s.ok()) {
+    return s;
+  }
   memory_->Insert(record.kv_key, std::move(prepared->memory));  // admitted, not kept pinned
+  Release(released);
   return absl::OkStatus();
 }
 
@@ -222,7 +235,9 @@ absl::StatusOr<PinnedContext> ContextCache::CreateTask(const TaskRecord& record,
     // An equal task is stored: share its blob (verified now, so a damaged one is replaced).
     auto pinned = AcquireLocked(record.kv_key, nullptr, validate, nullptr);
     if (pinned.ok()) {
-      if (absl::Status s = disk_->PutTask(record, nullptr, backend_); !s.ok()) return s;
+      std::string released;
+      if (absl::Status s = disk_->PutTask(record, nullptr, backend_, &released); !s.ok()) return s;
+      Release(released);
       return pinned;
     }
     if (!absl::IsDataLoss(pinned.status()) && !absl::IsFailedPrecondition(pinned.status())) {
@@ -233,13 +248,30 @@ absl::StatusOr<PinnedContext> ContextCache::CreateTask(const TaskRecord& record,
     // Held in memory but not on disk (evicted, or too big for the disk budget): store it.
     auto prepared = Prepare(**hit);
     if (!prepared.ok()) return prepared.status();
-    if (absl::Status s = disk_->PutTask(record, &prepared->storage, backend_); !s.ok()) return s;
+    std::string released;
+    if (absl::Status s = disk_->PutTask(record, &prepared->storage, backend_, &released); !s.ok()) {
+      return s;
+    }
+    Release(released);
     return *std::move(hit);
   }
   return AcquireLocked(record.kv_key, encode, validate, &record);
 }
 
+void ContextCache::Release(const std::string& key) {
+  if (key.empty()) return;
+  // Waits for a load of the key still in flight (a request of the replaced version), so that it
+  // cannot put the key back into memory after this erase.
+  InflightGuard guard(inflight_mutex_, inflight_cv_, inflight_, key);
+  memory_->Erase(key);  // a pinned entry stays valid for its holders until their last pin goes
+  if (host_) host_->Erase(key);
+}
+
 std::vector<TaskRecord> ContextCache::ListTasks() const { return disk_->ListTasks(); }
+
+std::map<std::string, std::string> ContextCache::QuarantinedTasks() const {
+  return disk_->QuarantinedTasks();
+}
 
 std::optional<TaskRecord> ContextCache::GetTask(const std::string& task_id) const {
   return disk_->GetTask(task_id);
@@ -247,7 +279,10 @@ std::optional<TaskRecord> ContextCache::GetTask(const std::string& task_id) cons
 
 absl::Status ContextCache::DeleteTask(const std::string& task_id) {
   std::optional<TaskRecord> record = disk_->GetTask(task_id);
-  if (!record) return absl::NotFoundError(absl::StrCat("no task ", task_id));
+  if (!record) {
+    bool unused = false;  // a quarantined task has no key to hold
+    return disk_->DeleteTask(task_id, &unused);
+  }
   InflightGuard guard(inflight_mutex_, inflight_cv_, inflight_, record->kv_key);
   bool key_unused = false;
   if (absl::Status s = disk_->DeleteTask(task_id, &key_unused); !s.ok()) return s;
@@ -289,6 +324,7 @@ CacheStats ContextCache::Stats() const {
   s.disk_file_bytes = d.sst_bytes + d.blob_file_bytes;
   s.disk_evictions = d.evictions;
   s.tasks = d.tasks;
+  s.tasks_quarantined = d.quarantined_tasks;
   s.corruptions_detected += d.corruptions_detected;
   return s;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,7 @@ struct CacheStats {
   uint64_t disk_budget_bytes = 0;
   uint64_t disk_file_bytes = 0;  // RocksDB's SST + blob files
   uint64_t tasks = 0;
+  uint64_t tasks_quarantined = 0;  // ready tasks whose stored record is damaged (not served)
   // Counters.
   uint64_t memory_hits = 0;
   uint64_t memory_misses = 0;
@@ -96,8 +98,9 @@ class ContextCache {
                                                             Backend& backend);
   ~ContextCache();
 
-  // Registers a task and stores its context, atomically (cache/disk_tier.h). `ctx` may be in any
-  // dtype; it is stored in the storage dtype. When the key already has a blob (an equal task
+  // Registers (or replaces) a task and stores its context, atomically (cache/disk_tier.h): a
+  // replaced version stays served until this one commits, and its KV leaves with it. `ctx` may be
+  // in any dtype; it is stored in the storage dtype. When the key already has a blob (an equal task
   // exists) only the record is written. The context is also admitted to the memory tier.
   absl::Status PutTask(const TaskRecord& record, const EncodedContext& ctx);
   // PutTask without encoding when the key is already cached (memory or disk); otherwise encodes.
@@ -105,9 +108,11 @@ class ContextCache {
   absl::StatusOr<PinnedContext> CreateTask(const TaskRecord& record, const EncodeFn& encode,
                                            const ValidateFn& validate = nullptr);
   std::vector<TaskRecord> ListTasks() const;
+  // Tasks whose record Open() found damaged: id -> what failed (DiskTier::QuarantinedTasks).
+  std::map<std::string, std::string> QuarantinedTasks() const;
   std::optional<TaskRecord> GetTask(const std::string& task_id) const;
-  // Removes the task; its KV leaves both tiers when no other task shares the key (a pinned memory
-  // entry is released when its last pin goes).
+  // Removes the task (a quarantined one too); its KV leaves both tiers when no other task shares
+  // the key (a pinned memory entry is released when its last pin goes).
   absl::Status DeleteTask(const std::string& task_id);
 
   // The context for `key`, pinned: memory hit, else loaded from RocksDB and verified, else
@@ -136,6 +141,8 @@ class ContextCache {
   absl::StatusOr<PinnedContext> AcquireLocked(const std::string& key, const EncodeFn& encode,
                                               const ValidateFn& validate,
                                               const TaskRecord* creating);
+  // Drops a key that a replace released (no task uses it any more) from the memory tiers.
+  void Release(const std::string& key);
   void Log(LogLevel level, const std::string& message) const;
 
   ContextCacheOptions options_;

@@ -3,9 +3,11 @@
 #include <rocksdb/db.h>
 #include <rocksdb/file_checksum.h>
 #include <rocksdb/options.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +22,12 @@ constexpr char kReadyPrefix[] = "ready/";
 constexpr char kHeaderPrefix[] = "h/";
 constexpr char kAccessPrefix[] = "a/";
 constexpr char kPendingPrefix[] = "p/";
+constexpr char kQuarantinePrefix[] = "q/";  // tasks family: why a ready task is quarantined
+// Default family: the name of the live tasks family ("tasks" when absent). A task record damaged
+// on disk leaves a block no compaction can read; the good records move to a fresh family
+// ("tasks.N") and the damaged one is dropped whole (MigrateTasksFamily).
+constexpr char kLiveTasksFamilyKey[] = "live_tasks_family";
+constexpr char kTasksFamily[] = "tasks";
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -47,7 +55,13 @@ uint64_t DecodeU64(std::string_view s) {
 template <typename Fn>
 rocksdb::Status ScanPrefix(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
                            const std::string& prefix, Fn fn) {
+  // The upper bound keeps the iterator from reading the block after the prefix: a damaged record
+  // next to the ready markers must not fail their scan.
+  std::string end = prefix;
+  end.back() = static_cast<char>(end.back() + 1);  // prefixes end in '/'
+  const rocksdb::Slice upper(end);
   rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, cf));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     std::string_view key(it->key().data(), it->key().size());
@@ -71,6 +85,19 @@ rocksdb::ColumnFamilyOptions KvFamilyOptions() {
   return o;
 }
 
+rocksdb::ColumnFamilyOptions TasksFamilyOptions() {
+  rocksdb::ColumnFamilyOptions o;
+  // One entry per data block: a damaged block (a flipped bit on disk) then fails the checksum of
+  // one record only, which quarantines one task instead of every task that shared the block.
+  // Records carry whole demonstration sets (kilobytes), so the extra index entries are noise.
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = 1;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // Uncompressed, so a record's bytes on disk are its bytes (what the corruption tests damage).
+  o.compression = rocksdb::kNoCompression;
+  return o;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::filesystem::path& path,
@@ -91,17 +118,42 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::filesystem::
   db_options.max_background_jobs = 2;
   rocksdb::ColumnFamilyOptions small;
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, small},
-      {"tasks", small},
-      {"kv", KvFamilyOptions()},
-      {"kv_meta", small}};
+      {rocksdb::kDefaultColumnFamilyName, small}, {"kv", KvFamilyOptions()}, {"kv_meta", small}};
+  // Every tasks family there is (a migration interrupted by a crash may leave two); a new
+  // database gets "tasks".
+  std::vector<std::string> existing;
+  rocksdb::DB::ListColumnFamilies(db_options, path.string(), &existing).PermitUncheckedError();
+  for (const std::string& name : existing) {
+    if (name == kTasksFamily || name.rfind(absl::StrCat(kTasksFamily, "."), 0) == 0) {
+      families.push_back({name, TasksFamilyOptions()});
+    }
+  }
+  if (families.size() == 3) families.push_back({kTasksFamily, TasksFamilyOptions()});
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::Status s = rocksdb::DB::Open(db_options, path.string(), families, &handles, &tier->db_);
   if (!s.ok()) return FromRocks(s, absl::StrCat("open RocksDB at ", path.string()));
   tier->default_ = handles[0];
-  tier->tasks_cf_ = handles[1];
-  tier->kv_ = handles[2];
-  tier->meta_ = handles[3];
+  tier->kv_ = handles[1];
+  tier->meta_ = handles[2];
+  std::string live = kTasksFamily;
+  s = tier->db_->Get(rocksdb::ReadOptions(), tier->default_, kLiveTasksFamilyKey, &live);
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "read the live tasks family");
+  for (size_t i = 3; i < handles.size(); ++i) {
+    if (handles[i]->GetName() == live) {
+      tier->tasks_cf_ = handles[i];
+      continue;
+    }
+    // Left by a migration that a crash interrupted (before or after the switch): not live.
+    tier->Log(LogLevel::kWarning,
+              absl::StrCat("cache: dropping the stale tasks family ", handles[i]->GetName()));
+    s = tier->db_->DropColumnFamily(handles[i]);
+    tier->db_->DestroyColumnFamilyHandle(handles[i]).PermitUncheckedError();
+    if (!s.ok()) return FromRocks(s, "drop a stale tasks family");
+  }
+  if (tier->tasks_cf_ == nullptr) {
+    return absl::DataLossError(
+        absl::StrCat("the live tasks family ", live, " of ", path.string(), " is missing"));
+  }
   if (absl::Status r = tier->Recover(); !r.ok()) return r;
   return tier;
 }
@@ -152,31 +204,73 @@ absl::Status DiskTier::Recover() {
       repairs.Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
     }
   }
-  // Ready tasks.
+  // Ready tasks. Each record is read on its own, with its checksums verified (the tasks family
+  // keeps one entry per block, TasksFamilyOptions), so a damaged record costs only its own task:
+  // it is quarantined (kept, listed with the reason) instead of stopping the open.
   std::map<std::string, std::string> ready;
   s = ScanPrefix(db_, tasks_cf_, kReadyPrefix,
                  [&](std::string id, std::string_view key) { ready[id] = std::string(key); });
   if (!s.ok()) return FromRocks(s, "scan ready tasks");
-  s = ScanPrefix(db_, tasks_cf_, kTaskPrefix, [&](std::string id, std::string_view bytes) {
-    if (!ready.count(id)) {  // cannot happen with atomic batches; never visible either way
-      repairs.Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
-      return;
+  std::map<std::string, std::string> marked;  // quarantined before a migration: id -> reason
+  s = ScanPrefix(db_, tasks_cf_, kQuarantinePrefix, [&](std::string id, std::string_view why) {
+    if (ready.count(id)) {
+      marked[id] = std::string(why);
+    } else {
+      repairs.Delete(tasks_cf_, kQuarantinePrefix + id).PermitUncheckedError();
     }
-    auto record = ParseTaskRecord(bytes);
-    if (!record.ok() || record->task_id != id) {
-      ++counters_.corruptions_detected;
-      Log(LogLevel::kError, absl::StrCat("cache: task ", id, " has a damaged record (",
-                                         record.status().ToString(), "); dropping it"));
-      repairs.Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
+  });
+  if (!s.ok()) return FromRocks(s, "scan quarantined tasks");
+  bool damaged_on_disk = false;  // a record RocksDB itself cannot read (its block is damaged)
+  for (const auto& [id, key] : ready) {
+    if (auto it = marked.find(id); it != marked.end()) {
+      quarantined_[id] = it->second;
+      Log(LogLevel::kError,
+          absl::StrCat("cache: task ", id, " has a damaged record (", it->second,
+                       "); still quarantined: not served, other tasks unaffected"));
+      continue;
+    }
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    std::string bytes;
+    rocksdb::Status got = db_->Get(ro, tasks_cf_, kTaskPrefix + id, &bytes);
+    if (got.IsNotFound()) {  // a marker without its record: nothing to serve or report
       repairs.Delete(tasks_cf_, kReadyPrefix + id).PermitUncheckedError();
-      return;
+      continue;
+    }
+    if (!got.ok()) damaged_on_disk = true;
+    absl::StatusOr<TaskRecord> record =
+        got.ok() ? ParseTaskRecord(bytes) : absl::StatusOr<TaskRecord>(FromRocks(got, "read"));
+    if (record.ok() && record->task_id != id) {
+      record = absl::DataLossError(absl::StrCat("the record names task ", record->task_id));
+    }
+    if (!record.ok()) {
+      ++counters_.corruptions_detected;
+      quarantined_[id] = std::string(record.status().message());
+      Log(LogLevel::kError,
+          absl::StrCat("cache: task ", id, " has a damaged record (", record.status().ToString(),
+                       "); quarantined: kept on disk, not served, other tasks unaffected"));
+      continue;
     }
     users_[record->kv_key].insert(id);
     tasks_[id] = *std::move(record);
-  });
-  if (!s.ok()) return FromRocks(s, "scan task records");
-  for (const auto& [id, key] : ready) {
-    if (!tasks_.count(id)) repairs.Delete(tasks_cf_, kReadyPrefix + id).PermitUncheckedError();
+  }
+  {
+    // Records without a ready marker cannot happen with atomic batches; never visible either way.
+    // Keys only, without block checksums: a damaged record must not stop this sweep (the records
+    // were checked above).
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = false;
+    ro.fill_cache = false;  // an unverified block must not be served later from the block cache
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tasks_cf_));
+    for (it->Seek(kTaskPrefix); it->Valid() && it->key().starts_with(kTaskPrefix); it->Next()) {
+      const std::string id = it->key().ToString().substr(sizeof(kTaskPrefix) - 1);
+      if (!ready.count(id)) repairs.Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
+    }
+    if (!it->status().ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("cache: sweeping task records without a ready marker "
+                                           "stopped early: ",
+                                           it->status().ToString()));
+    }
   }
   // Blobs.
   std::map<std::string, uint64_t> access;
@@ -207,8 +301,57 @@ absl::Status DiskTier::Recover() {
     s = db_->Write(wo, &repairs);
     if (!s.ok()) return FromRocks(s, "write recovery repairs");
   }
+  if (damaged_on_disk) {
+    if (absl::Status m = MigrateTasksFamily(); !m.ok()) return m;
+  }
   std::lock_guard<std::mutex> lock(write_mutex_);
   EnforceBudgetLocked("");
+  return absl::OkStatus();
+}
+
+// A damaged block stays in its SST file until a compaction rewrites the file, and that compaction
+// would fail on it (with paranoid_checks, stopping every write). So the readable records, and a
+// quarantine marker per damaged one, are copied to a fresh tasks family, the default family is
+// switched to it in one synced write, and the old family is dropped whole (its files deleted
+// unread). A crash before the switch leaves the old family live (the next open migrates again);
+// after it, the next open drops the old one.
+absl::Status DiskTier::MigrateTasksFamily() {
+  const std::string old_name = tasks_cf_->GetName();
+  uint64_t generation = 0;
+  if (old_name.size() > sizeof(kTasksFamily)) {
+    generation = std::strtoull(old_name.c_str() + sizeof(kTasksFamily), nullptr, 10);
+  }
+  const std::string name = absl::StrCat(kTasksFamily, ".", generation + 1);
+  rocksdb::ColumnFamilyHandle* fresh = nullptr;
+  absl::Status s = FromRocks(db_->CreateColumnFamily(TasksFamilyOptions(), name, &fresh),
+                             "create a fresh tasks family");
+  if (!s.ok()) return s;
+  rocksdb::WriteBatch batch;
+  for (const auto& [id, record] : tasks_) {
+    batch.Put(fresh, kTaskPrefix + id, SerializeTaskRecord(record)).PermitUncheckedError();
+    batch.Put(fresh, kReadyPrefix + id, record.kv_key).PermitUncheckedError();
+  }
+  for (const auto& [id, reason] : quarantined_) {
+    batch.Put(fresh, kReadyPrefix + id, "").PermitUncheckedError();
+    batch.Put(fresh, kQuarantinePrefix + id, reason).PermitUncheckedError();
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  s = FromRocks(db_->Write(wo, &batch), "copy task records to a fresh tasks family");
+  if (s.ok()) {
+    s = FromRocks(db_->Put(wo, default_, kLiveTasksFamilyKey, name), "switch the tasks family");
+  }
+  if (!s.ok()) {
+    db_->DropColumnFamily(fresh).PermitUncheckedError();
+    db_->DestroyColumnFamilyHandle(fresh).PermitUncheckedError();
+    return s;
+  }
+  db_->DropColumnFamily(tasks_cf_).PermitUncheckedError();  // else dropped by the next open
+  db_->DestroyColumnFamilyHandle(tasks_cf_).PermitUncheckedError();
+  tasks_cf_ = fresh;
+  Log(LogLevel::kWarning,
+      absl::StrCat("cache: task records moved from the damaged family ", old_name, " to ", name,
+                   " (", tasks_.size(), " records, ", quarantined_.size(), " quarantined)"));
   return absl::OkStatus();
 }
 
@@ -280,18 +423,41 @@ absl::Status DiskTier::WriteBlobLocked(const std::string& key, const EncodedCont
 }
 
 absl::Status DiskTier::PutTask(const TaskRecord& record, const EncodedContext* ctx,
-                               Backend& backend) {
+                               Backend& backend, std::string* released_key) {
+  if (released_key) released_key->clear();
   if (record.task_id.empty() || record.kv_key.empty()) {
     return absl::InvalidArgumentError("a task record needs a task id and a kv key");
   }
   std::lock_guard<std::mutex> write_lock(write_mutex_);
   std::optional<TaskRecord> previous = GetTask(record.task_id);
+  // A replaced version whose KV no other task uses gives it up in the same batch that switches the
+  // record: the old version stays complete and served until the new one commits, and a crash
+  // leaves one version or the other, never neither.
+  std::string release;
+  if (previous && previous->kv_key != record.kv_key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto users = users_.find(previous->kv_key);
+    if (users != users_.end() && users->second.size() == 1 && users->second.count(record.task_id)) {
+      release = previous->kv_key;
+    }
+  }
+  const bool release_blob = !release.empty() && HasBlob(release);
+  bool was_quarantined;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    was_quarantined = quarantined_.count(record.task_id) > 0;
+  }
   auto add_records = [&](rocksdb::WriteBatch* batch) {
+    if (release_blob) AddBlobDeletion(release, batch);
     batch->Put(tasks_cf_, kTaskPrefix + record.task_id, SerializeTaskRecord(record))
         .PermitUncheckedError();
     batch->Put(tasks_cf_, kReadyPrefix + record.task_id, record.kv_key).PermitUncheckedError();
+    if (was_quarantined) {
+      batch->Delete(tasks_cf_, kQuarantinePrefix + record.task_id).PermitUncheckedError();
+    }
   };
   const bool write_blob = ctx != nullptr && !HasBlob(record.kv_key);
+  bool committed = false;
   absl::Status s;
   if (write_blob) {
     auto shape = ShapeOf(*ctx);
@@ -303,9 +469,10 @@ absl::Status DiskTier::PutTask(const TaskRecord& record, const EncodedContext* c
     } else {
       s = WriteBlobLocked(record.kv_key, *ctx, backend, add_records, options_.sync_task_writes);
       if (!s.ok()) return s;
+      committed = true;
     }
   }
-  if (!write_blob || !HasBlob(record.kv_key)) {
+  if (!committed) {
     rocksdb::WriteBatch batch;
     add_records(&batch);
     rocksdb::WriteOptions wo;
@@ -315,10 +482,19 @@ absl::Status DiskTier::PutTask(const TaskRecord& record, const EncodedContext* c
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (previous) users_[previous->kv_key].erase(record.task_id);
+    if (previous) {
+      users_[previous->kv_key].erase(record.task_id);
+      if (users_[previous->kv_key].empty()) users_.erase(previous->kv_key);
+    }
+    if (release_blob) {
+      bytes_ -= blobs_[release].bytes;
+      blobs_.erase(release);
+    }
     users_[record.kv_key].insert(record.task_id);
     tasks_[record.task_id] = record;
+    quarantined_.erase(record.task_id);
   }
+  if (released_key) *released_key = release;
   EnforceBudgetLocked(record.kv_key);
   return absl::OkStatus();
 }
@@ -343,7 +519,27 @@ absl::Status DiskTier::DeleteTask(const std::string& task_id, bool* key_unused) 
   *key_unused = false;
   std::lock_guard<std::mutex> write_lock(write_mutex_);
   std::optional<TaskRecord> record = GetTask(task_id);
-  if (!record) return absl::NotFoundError(absl::StrCat("no task ", task_id));
+  if (!record) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!quarantined_.count(task_id)) {
+        return absl::NotFoundError(absl::StrCat("no task ", task_id));
+      }
+    }
+    // A quarantined task: its record is unreadable, so its KV key is unknown; its blob (if any)
+    // had no reader at open and was swept as garbage then.
+    rocksdb::WriteBatch batch;
+    batch.Delete(tasks_cf_, kReadyPrefix + task_id).PermitUncheckedError();
+    batch.Delete(tasks_cf_, kTaskPrefix + task_id).PermitUncheckedError();
+    batch.Delete(tasks_cf_, kQuarantinePrefix + task_id).PermitUncheckedError();
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.sync_task_writes;
+    absl::Status s = FromRocks(db_->Write(wo, &batch), "delete quarantined task");
+    if (!s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mutex_);
+    quarantined_.erase(task_id);
+    return absl::OkStatus();
+  }
   rocksdb::WriteBatch batch;
   // The ready marker goes first: the task stops being visible before anything else changes.
   batch.Delete(tasks_cf_, kReadyPrefix + task_id).PermitUncheckedError();
@@ -384,6 +580,11 @@ std::vector<TaskRecord> DiskTier::ListTasks() const {
   std::vector<TaskRecord> out;
   for (const auto& [id, record] : tasks_) out.push_back(record);
   return out;
+}
+
+std::map<std::string, std::string> DiskTier::QuarantinedTasks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return quarantined_;
 }
 
 std::vector<std::string> DiskTier::TasksUsingKey(const std::string& key) const {
@@ -541,6 +742,7 @@ DiskTier::Stats DiskTier::stats() const {
     s.bytes = bytes_;
     s.entries = blobs_.size();
     s.tasks = tasks_.size();
+    s.quarantined_tasks = quarantined_.size();
   }
   uint64_t v = 0;
   for (auto* cf : {default_, tasks_cf_, kv_, meta_}) {

@@ -1,6 +1,7 @@
 // The RocksDB tier: task records and KV blobs in one database, durable across restarts.
 //
-// Column families: "tasks" ("t/<id>" -> TaskRecord, "ready/<id>" -> kv key), "kv" (blob chunks,
+// Column families: "tasks" ("t/<id>" -> TaskRecord, "ready/<id>" -> kv key, "q/<id>" -> why a task
+// is quarantined; named "tasks.N" after a damaged one was left behind), "kv" (blob chunks,
 // ChunkKey(key, i), stored in RocksDB blob files), "kv_meta" ("h/<key>" -> BlobHeader,
 // "a/<key>" -> last access for disk LRU, "p/<key>" -> a staged blob write in progress).
 //
@@ -9,7 +10,10 @@
 // chunks go first in unsynced batches behind a "p/<key>" marker, and the final synced batch holds
 // the last chunks, the header, the record and the ready marker and deletes the marker. Either way
 // the header, record and ready marker become visible together, and only after every chunk; Open()
-// deletes the chunks of any staged write that never committed. See cache/README.md.
+// deletes the chunks of any staged write that never committed. Replacing a task overwrites its
+// record in that same final batch (deleting the previous blob there when it is unused), so the
+// previous version stays stored until the new one commits. Open() quarantines a task whose record
+// is damaged instead of failing. See cache/README.md.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +52,10 @@ class DiskTier {
  public:
   struct Stats {
     uint64_t budget_bytes = 0;
-    uint64_t bytes = 0;    // payload bytes of all blobs (what the budget counts)
-    uint64_t entries = 0;  // blobs
-    uint64_t tasks = 0;    // ready tasks
+    uint64_t bytes = 0;              // payload bytes of all blobs (what the budget counts)
+    uint64_t entries = 0;            // blobs
+    uint64_t tasks = 0;              // ready tasks
+    uint64_t quarantined_tasks = 0;  // ready tasks whose record is damaged (QuarantinedTasks)
     uint64_t evictions = 0;
     uint64_t corruptions_detected = 0;  // damaged headers or records found by Open
     uint64_t staged_writes_recovered = 0;
@@ -65,16 +70,24 @@ class DiskTier {
   DiskTier& operator=(const DiskTier&) = delete;
 
   // Atomically writes the task (record + ready marker) and, when `ctx` is given and no blob exists
-  // for record.kv_key yet, its blob (ctx's tensors in its own dtype: the storage dtype).
-  absl::Status PutTask(const TaskRecord& record, const EncodedContext* ctx, Backend& backend);
+  // for record.kv_key yet, its blob (ctx's tensors in its own dtype: the storage dtype). Replacing
+  // a task switches versions in that one batch: the previous record stays until it commits, and the
+  // previous KV is deleted in it when no other task uses it (then *released_key names that key,
+  // for the memory tiers to drop; else it is cleared). A quarantined task of that id is replaced.
+  absl::Status PutTask(const TaskRecord& record, const EncodedContext* ctx, Backend& backend,
+                       std::string* released_key = nullptr);
   // Writes the blob for `key` alone (re-encoding a ready task whose blob was evicted or corrupt).
   absl::Status PutBlob(const std::string& key, const EncodedContext& ctx, Backend& backend);
   // Removes the task, and its blob when no other task shares the key; *key_unused says whether
   // any task still uses the key (the caller drops the memory tier's entry when none does).
+  // A quarantined task is removed too (its record and marker).
   absl::Status DeleteTask(const std::string& task_id, bool* key_unused);
 
   std::optional<TaskRecord> GetTask(const std::string& task_id) const;
   std::vector<TaskRecord> ListTasks() const;  // ready tasks, by id
+  // Ready tasks whose record Open() found damaged (a checksum, RocksDB's or ours, failed): id ->
+  // what failed. Kept on disk, never served, until deleted or replaced (PutTask).
+  std::map<std::string, std::string> QuarantinedTasks() const;
   // Ids of ready tasks whose record names `key`.
   std::vector<std::string> TasksUsingKey(const std::string& key) const;
 
@@ -104,6 +117,8 @@ class DiskTier {
   };
   DiskTier() = default;
   absl::Status Recover();
+  // Moves the task records to a fresh tasks family, leaving a damaged one behind (disk_tier.cc).
+  absl::Status MigrateTasksFamily();
   // Streams ctx's chunks into batches; the last one gets the header, the access time and then
   // whatever `add_records` appends (the task record and ready marker), committed with `sync`.
   // Caller holds write_mutex_.
@@ -127,6 +142,7 @@ class DiskTier {
   std::mutex write_mutex_;    // one writer at a time (staged writes, budget)
   mutable std::mutex mutex_;  // the in-memory index below
   std::map<std::string, TaskRecord> tasks_;
+  std::map<std::string, std::string> quarantined_;      // task id -> why its record is unreadable
   std::map<std::string, std::set<std::string>> users_;  // kv key -> task ids
   std::map<std::string, BlobInfo> blobs_;
   uint64_t clock_ = 0;

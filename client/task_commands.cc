@@ -37,6 +37,9 @@ void PrintTask(const v1::Task& task) {
   const v1::TaskStats& s = task.stats();
   std::printf("task          %s (%s)\n", task.task_id().c_str(), StateName(task.state()));
   if (!task.error().empty()) std::printf("error         %s\n", task.error().c_str());
+  if (task.replacing()) {
+    std::printf("replacing     a new version is being encoded; this one is served until then\n");
+  }
   std::printf("template      %s\n", OneLine(task.spec().input_template()).c_str());
   if (task.spec().labels_size() > 0) {
     std::printf("labels        %s\n", absl::StrJoin(task.spec().labels(), ", ").c_str());

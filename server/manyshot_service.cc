@@ -185,26 +185,34 @@ grpc::Status ManyShotService::DoClassify(grpc::ServerContext* context,
   }
   auto overrides = ToOverrides(request.options());
   if (!overrides.ok()) return ToGrpc(overrides.status());
-  auto task = registry_.Get(TenantOf(context), request.task_id());
-  if (!task.ok()) return ToGrpc(task.status());
-  if (task->spec().labels_size() == 0) {
+  // One version of the task answers the whole request: its labels name the scores the engine
+  // computes for that same version, even when a replace commits while the request waits.
+  auto version = registry_.Resolve(TenantOf(context), request.task_id());
+  if (!version.ok()) return ToGrpc(version.status());
+  const v1::TaskSpec& spec = (*version)->stored.spec();
+  if (spec.labels_size() == 0) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "the task has no labels; use Score with candidates");
   }
-  auto results = scheduler_.Classify(TenantOf(context), request.task_id(), std::move(inputs),
-                                     *overrides, context);
+  auto results = scheduler_.Classify(*version, std::move(inputs), *overrides, context);
   if (!results.ok()) return ToGrpc(results.status());
   metrics_.InputsClassified(results->size());
-  const bool calibrated = task->spec().calibrate();
+  const bool calibrated = spec.calibrate();
   for (const ClassifyResult& r : *results) {
+    if (r.labels.size() != static_cast<size_t>(spec.labels_size()) || r.prediction < 0 ||
+        static_cast<size_t>(r.prediction) >= r.labels.size()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("the engine scored ", r.labels.size(),
+                                       " labels for a task with ", spec.labels_size()));
+    }
     auto* out = response->add_results();
-    out->set_label(task->spec().labels(static_cast<int>(r.prediction)));
+    out->set_label(spec.labels(static_cast<int>(r.prediction)));
     out->set_label_index(static_cast<uint32_t>(r.prediction));
     out->set_raw_label_index(static_cast<uint32_t>(r.raw_prediction));
     out->set_input_tokens(static_cast<uint32_t>(r.input_tokens));
     for (size_t l = 0; l < r.labels.size(); ++l) {
       auto* s = out->add_scores();
-      s->set_label(task->spec().labels(static_cast<int>(l)));
+      s->set_label(spec.labels(static_cast<int>(l)));
       s->set_mean_logprob(r.labels[l].score.mean_logprob);
       s->set_sum_logprob(r.labels[l].score.sum_logprob);
       s->set_num_tokens(static_cast<uint32_t>(r.labels[l].score.tokens));
@@ -292,9 +300,11 @@ grpc::Status ManyShotService::Score(grpc::ServerContext* context, const v1::Scor
   }
   auto overrides = ToOverrides(request->options());
   if (!overrides.ok()) return fail(ToGrpc(overrides.status()));
+  auto version = registry_.Resolve(TenantOf(context), request->task_id());
+  if (!version.ok()) return fail(ToGrpc(version.status()));
   std::vector<ChoiceResult> results;
   auto status = scheduler_.Run(
-      TenantOf(context), request->task_id(), inputs.size(),
+      *version, inputs.size(),
       [&](TaskRegistry::Handle& handle) -> absl::Status {
         auto r = handle.task->ScoreChoices(handle.get(), inputs, candidates, *overrides);
         if (!r.ok()) return r.status();
@@ -381,9 +391,11 @@ grpc::Status ManyShotService::Generate(grpc::ServerContext* context,
   };
   if (!params.beam_search) params.on_token = emit;
   params.cancelled = [context] { return context->IsCancelled(); };
+  auto version = registry_.Resolve(TenantOf(context), request->task_id());
+  if (!version.ok()) return fail(ToGrpc(version.status()));
   GenerationOutput output;
   auto status = scheduler_.Run(
-      TenantOf(context), request->task_id(), 1,
+      *version, 1,
       [&](TaskRegistry::Handle& handle) -> absl::Status {
         auto out = handle.task->Generate(handle.get(), *input, params, *overrides);
         if (!out.ok()) return out.status();

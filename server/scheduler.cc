@@ -36,25 +36,21 @@ size_t Scheduler::queued_inputs() const {
   return queued_inputs_;
 }
 
-absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Classify(const std::string& tenant,
-                                                                const std::string& task_id,
-                                                                std::vector<Example> inputs,
-                                                                const QueryOverrides& overrides,
-                                                                grpc::ServerContext* context) {
+absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Classify(
+    std::shared_ptr<const TaskVersion> version, std::vector<Example> inputs,
+    const QueryOverrides& overrides, grpc::ServerContext* context) {
   auto request = std::make_shared<Request>();
-  request->tenant = tenant;
-  request->task_id = task_id;
+  request->version = std::move(version);
   request->weight = inputs.size();
   request->inputs = std::move(inputs);
   request->overrides = overrides;
   return Submit(std::move(request), context);
 }
 
-absl::Status Scheduler::Run(const std::string& tenant, const std::string& task_id, size_t weight,
-                            Job job, grpc::ServerContext* context) {
+absl::Status Scheduler::Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
+                            grpc::ServerContext* context) {
   auto request = std::make_shared<Request>();
-  request->tenant = tenant;
-  request->task_id = task_id;
+  request->version = std::move(version);
   request->weight = std::max<size_t>(1, weight);
   request->job = std::move(job);
   return Submit(std::move(request), context).status();
@@ -62,7 +58,8 @@ absl::Status Scheduler::Run(const std::string& tenant, const std::string& task_i
 
 absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Submit(std::shared_ptr<Request> request,
                                                               grpc::ServerContext* context) {
-  request->key = request->tenant + '\n' + request->task_id;
+  request->key = absl::StrCat(request->version->tenant, "\n", request->version->task_id, "\n",
+                              request->version->generation);
   request->enqueued = std::chrono::steady_clock::now();
   auto future = request->done.get_future();
   {
@@ -164,7 +161,7 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
     }
   }
   if (live.empty()) return;
-  auto handle = registry_.Acquire(live.front()->tenant, live.front()->task_id);
+  auto handle = registry_.Acquire(live.front()->version);
   if (!handle.ok()) {
     for (auto& r : live) r->done.set_value(handle.status());
     return;

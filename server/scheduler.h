@@ -31,15 +31,15 @@ class Scheduler {
   Scheduler(TaskRegistry& registry, const ServerConfig& config, SchedulerHooks hooks);
   ~Scheduler();
 
-  // Classifies `inputs` (batched with other requests for the same task and overrides).
-  absl::StatusOr<std::vector<ClassifyResult>> Classify(const std::string& tenant,
-                                                       const std::string& task_id,
+  // Classifies `inputs` against `version` (batched with other requests for the same version and
+  // overrides). Requests hold the version they resolved, so a replace never mixes two versions.
+  absl::StatusOr<std::vector<ClassifyResult>> Classify(std::shared_ptr<const TaskVersion> version,
                                                        std::vector<Example> inputs,
                                                        const QueryOverrides& overrides,
                                                        grpc::ServerContext* context);
   // Runs `job` on the task alone (multi-choice scoring, generation), in queue order.
   using Job = std::function<absl::Status(TaskRegistry::Handle&)>;
-  absl::Status Run(const std::string& tenant, const std::string& task_id, size_t weight, Job job,
+  absl::Status Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
                    grpc::ServerContext* context);
 
   // Stops accepting work; queued work still runs. Idempotent.
@@ -48,8 +48,8 @@ class Scheduler {
 
  private:
   struct Request {
-    std::string key;  // tenant + task
-    std::string tenant, task_id;
+    std::string key;  // tenant + task + version: the batching and round-robin unit
+    std::shared_ptr<const TaskVersion> version;
     std::vector<Example> inputs;  // classification
     QueryOverrides overrides;
     Job job;  // set for non-classification work

@@ -139,6 +139,8 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
       app->metrics_->registry(), *app->cache_,
       app->model_->backend->device() == Device::kCUDA ? "gpu" : "host");
   app->metrics_->Register(app->service_metrics_->cache_collector());
+  app->task_collector_ = MakeTaskStateCollector(*app->registry_);
+  app->metrics_->Register(app->task_collector_);  // the exposer keeps only a weak pointer
   ServiceMetrics* sm = app->service_metrics_.get();
   SchedulerHooks hooks;
   hooks.on_batch = [sm](size_t n) { sm->Batch(n); };

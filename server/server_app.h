@@ -38,6 +38,7 @@ class ServerApp {
   std::unique_ptr<ContextCache> cache_;
   std::unique_ptr<TaskRegistry> registry_;
   std::unique_ptr<ServiceMetrics> service_metrics_;
+  std::shared_ptr<prometheus::Collectable> task_collector_;  // task states for /metrics
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ManyShotService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -79,7 +79,44 @@ class CacheCollector : public prometheus::Collectable {
   const std::string memory_tier_;
 };
 
+class TaskStateCollector : public prometheus::Collectable {
+ public:
+  explicit TaskStateCollector(const TaskRegistry& registry) : registry_(registry) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const TaskRegistry::Counts c = registry_.counts();
+    prometheus::MetricFamily by_state{"manyshot_tasks_by_state",
+                                      "Tasks per lifecycle state (ENCODING, READY, FAILED).",
+                                      prometheus::MetricType::Gauge,
+                                      {}};
+    for (const auto& [state, n] : {std::pair<const char*, size_t>{"encoding", c.encoding},
+                                   {"ready", c.ready},
+                                   {"failed", c.failed}}) {
+      prometheus::ClientMetric m;
+      m.label.push_back({"state", state});
+      m.gauge.value = static_cast<double>(n);
+      by_state.metric.push_back(m);
+    }
+    prometheus::MetricFamily quarantined{
+        "manyshot_tasks_quarantined",
+        "Tasks FAILED because their stored record is damaged (not served, kept on disk until "
+        "deleted or replaced).",
+        prometheus::MetricType::Gauge,
+        {}};
+    prometheus::ClientMetric q;
+    q.gauge.value = static_cast<double>(c.quarantined);
+    quarantined.metric.push_back(q);
+    return {by_state, quarantined};
+  }
+
+ private:
+  const TaskRegistry& registry_;
+};
+
 }  // namespace
+
+std::shared_ptr<prometheus::Collectable> MakeTaskStateCollector(const TaskRegistry& registry) {
+  return std::make_shared<TaskStateCollector>(registry);
+}
 
 std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache,
                                                             const std::string& memory_tier) {

@@ -10,6 +10,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/task_registry.h"
 
 namespace manyshot::server {
 
@@ -45,5 +46,9 @@ class ServiceMetrics {
 // Cache figures per tier; `memory_tier` names the memory tier's label ("gpu" or "host").
 std::shared_ptr<prometheus::Collectable> MakeCacheCollector(const ContextCache& cache,
                                                             const std::string& memory_tier);
+
+// Exposes the registry's task states, read at scrape time: manyshot_tasks_by_state{state} and
+// manyshot_tasks_quarantined (FAILED because the stored record is damaged: alert on > 0).
+std::shared_ptr<prometheus::Collectable> MakeTaskStateCollector(const TaskRegistry& registry);
 
 }  // namespace manyshot::server

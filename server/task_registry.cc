@@ -15,10 +15,24 @@ std::string RecordId(const std::string& tenant, const std::string& task_id) {
   return tenant + "/" + task_id;
 }
 
+// The inverse of RecordId: task ids never contain '/', tenants may.
+bool SplitRecordId(const std::string& record_id, std::string* tenant, std::string* task_id) {
+  const size_t slash = record_id.rfind('/');
+  if (slash == std::string::npos) return false;
+  *tenant = record_id.substr(0, slash);
+  *task_id = record_id.substr(slash + 1);
+  return true;
+}
+
 int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+void SetTime(google::protobuf::Timestamp* t, int64_t micros) {
+  t->set_seconds(micros / 1000000);
+  t->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
 }
 
 }  // namespace
@@ -27,24 +41,87 @@ TaskRegistry::TaskRegistry(const LoadedModel& model, ContextCache& cache,
                            const ServerConfig& config)
     : model_(model), cache_(cache), config_(config) {}
 
+void TaskRegistry::AddFailed(const std::string& tenant, const std::string& task_id,
+                             const std::string& error, bool quarantined) {
+  Entry entry;
+  entry.shown.set_task_id(task_id);
+  entry.shown.set_state(v1::TASK_STATE_FAILED);
+  entry.shown.set_error(error);
+  entry.quarantined = quarantined;
+  entries_[Key(tenant, task_id)] = std::move(entry);
+}
+
 absl::Status TaskRegistry::Restore() {
   std::lock_guard<std::mutex> lock(mutex_);
+  size_t quarantined = 0;
   for (const TaskRecord& record : cache_.ListTasks()) {
-    auto entry = std::make_shared<Entry>();
-    entry->record = record;
-    if (!entry->stored.ParseFromString(record.spec)) {
-      spdlog::error("task record {} has an unreadable spec; skipping it", record.task_id);
+    auto version = std::make_shared<TaskVersion>();
+    std::string tenant, task_id;
+    if (!version->stored.ParseFromString(record.spec)) {
+      if (!SplitRecordId(record.task_id, &tenant, &task_id)) continue;
+      spdlog::error("task {} of tenant {} has an unreadable spec; quarantined (FAILED)", task_id,
+                    tenant);
+      AddFailed(tenant, task_id,
+                "its stored spec does not parse (written by an incompatible server?); DeleteTask "
+                "it, or CreateTask it again with replace",
+                true);
+      ++quarantined;
       continue;
     }
-    entries_[Key(record.tenant, entry->stored.task().task_id())] = std::move(entry);
+    version->generation = next_generation_++;
+    version->tenant = record.tenant;
+    version->task_id = version->stored.task().task_id();
+    version->record = record;
+    Entry entry;
+    entry.current = std::move(version);
+    entries_[Key(record.tenant, entry.current->task_id)] = std::move(entry);
   }
-  spdlog::info("restored {} tasks from the cache", entries_.size());
+  for (const auto& [record_id, reason] : cache_.QuarantinedTasks()) {
+    std::string tenant, task_id;
+    if (!SplitRecordId(record_id, &tenant, &task_id)) continue;
+    spdlog::error(
+        "task {} of tenant {} has a damaged record ({}); quarantined (FAILED), other tasks are "
+        "served",
+        task_id, tenant, reason);
+    AddFailed(tenant, task_id,
+              absl::StrCat("its stored record is damaged (", reason,
+                           "); DeleteTask it, or CreateTask it again with replace"),
+              true);
+    ++quarantined;
+  }
+  spdlog::info("restored {} tasks from the cache ({} quarantined)", entries_.size(), quarantined);
   return absl::OkStatus();
 }
 
 size_t TaskRegistry::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
+  size_t n = 0;
+  for (const auto& [key, entry] : entries_) n += entry.deleting ? 0 : 1;
+  return n;
+}
+
+v1::TaskState TaskRegistry::StateOf(const Entry& entry) const {
+  return entry.current ? v1::TASK_STATE_READY : entry.shown.state();
+}
+
+TaskRegistry::Counts TaskRegistry::counts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Counts c;
+  for (const auto& [key, entry] : entries_) {
+    if (entry.deleting) continue;
+    switch (StateOf(entry)) {
+      case v1::TASK_STATE_READY:
+        ++c.ready;
+        break;
+      case v1::TASK_STATE_ENCODING:
+        ++c.encoding;
+        break;
+      default:
+        ++c.failed;
+        if (entry.quarantined) ++c.quarantined;
+    }
+  }
+  return c;
 }
 
 void TaskRegistry::FillTiers(v1::Task& task, const std::string& kv_key) {
@@ -54,56 +131,110 @@ void TaskRegistry::FillTiers(v1::Task& task, const std::string& kv_key) {
   if (cache_.disk().HasBlob(kv_key)) stats->add_tiers(v1::CACHE_TIER_DISK);
 }
 
+v1::Task TaskRegistry::Describe(const Entry& entry) {
+  if (!entry.current) return entry.shown;
+  v1::Task task = entry.current->stored.task();
+  task.set_replacing(entry.replacing);
+  FillTiers(task, entry.current->record.kv_key);
+  return task;
+}
+
 absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
     const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
     const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos, bool replace,
     const Progress& progress) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
-  const std::string hash = ContentHash(spec, demos);
-  std::lock_guard<std::mutex> create_lock(create_mutex_);
-  std::shared_ptr<Entry> existing;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(Key(tenant, task_id));
-    if (it != entries_.end()) existing = it->second;
-    if (!existing && entries_.size() >= config_.max_tasks) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the server holds --max_tasks ", config_.max_tasks, " tasks"));
-    }
-  }
-  if (existing && existing->record.content_hash == hash) {
-    CreateResult result;
-    result.task = existing->stored.task();
-    FillTiers(result.task, existing->record.kv_key);
-    return result;  // idempotent: nothing encoded
-  }
-  if (existing && !replace) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "task \"", task_id, "\" exists with different content; set replace to overwrite it"));
-  }
-
+  // Everything a request can get wrong is checked before the task becomes visible as ENCODING.
   auto options = ToTaskOptions(spec, config_);
   if (!options.ok()) return options.status();
   auto examples = ToDemonstrations(demos, spec, config_);
   if (!examples.ok()) return examples.status();
+  const std::string hash = ContentHash(spec, demos);
+  const std::string key = Key(tenant, task_id);
+  std::lock_guard<std::mutex> create_lock(create_mutex_);
+
+  // Decide and publish the ENCODING state in one step, so a concurrent delete sees it.
+  Entry previous;
+  const int64_t now = NowMicros();
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    deleted_.wait(lock, [&] {
+      auto it = entries_.find(key);
+      return it == entries_.end() || !it->second.deleting;
+    });
+    auto it = entries_.find(key);
+    const bool existed = it != entries_.end();
+    if (existed) previous = it->second;
+    if (!existed && entries_.size() >= config_.max_tasks) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server holds --max_tasks ", config_.max_tasks, " tasks"));
+    }
+    if (previous.current && previous.current->record.content_hash == hash) {
+      CreateResult result;
+      result.task = previous.current->stored.task();
+      lock.unlock();
+      FillTiers(result.task, previous.current->record.kv_key);
+      return result;  // idempotent: nothing encoded
+    }
+    if (previous.current && !replace) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "task \"", task_id, "\" exists with different content; set replace to overwrite it"));
+    }
+    if (previous.quarantined && !replace) {
+      return absl::AlreadyExistsError(absl::StrCat("task \"", task_id, "\" exists and is FAILED (",
+                                                   previous.shown.error(),
+                                                   "); set replace to overwrite it"));
+    }
+    if (previous.current) {
+      it->second.replacing = true;
+    } else {
+      Entry encoding;
+      encoding.shown.set_task_id(task_id);
+      *encoding.shown.mutable_spec() = spec;
+      encoding.shown.set_state(v1::TASK_STATE_ENCODING);
+      encoding.shown.set_content_hash(hash);
+      SetTime(encoding.shown.mutable_create_time(), now);
+      entries_[key] = std::move(encoding);
+    }
+  }
+  // On failure a replaced version stays served (and a quarantined one stays FAILED as it was). A
+  // new task becomes FAILED with the error, until it is deleted or created again, unless the
+  // request itself was wrong (INVALID_ARGUMENT, e.g. a demonstration longer than a group, found
+  // while tokenizing): the caller has the error, and a bad request leaves nothing behind.
+  auto fail = [&](absl::Status status) -> absl::Status {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (previous.current || previous.quarantined) {
+      entries_[key] = previous;
+    } else if (absl::IsInvalidArgument(status)) {
+      entries_.erase(key);
+    } else {
+      Entry& failed = entries_[key];
+      failed.shown.set_state(v1::TASK_STATE_FAILED);
+      failed.shown.set_error(std::string(status.message()));
+      spdlog::error("CreateTask of task {} (tenant {}) failed; the task is FAILED: {}", task_id,
+                    tenant, status.ToString());
+    }
+    return status;
+  };
+
   if (progress) progress(v1::CreateTaskProgress::PHASE_TOKENIZING, 0, 0, 0);
   auto prepared = IclTask::Prepare(*model_.transformer, *model_.tokenizer, *options, *examples);
-  if (!prepared.ok()) return prepared.status();
+  if (!prepared.ok()) return fail(prepared.status());
   std::shared_ptr<IclTask> task = *std::move(prepared);
   const GroupLayout& layout = task->layout();
 
-  auto entry = std::make_shared<Entry>();
-  entry->task = task;
-  *entry->stored.mutable_spec() = spec;
-  *entry->stored.mutable_demonstrations() = demos;
-  v1::Task& t = *entry->stored.mutable_task();
+  auto version = std::make_shared<TaskVersion>();
+  version->tenant = tenant;
+  version->task_id = task_id;
+  version->task = task;
+  *version->stored.mutable_spec() = spec;
+  *version->stored.mutable_demonstrations() = demos;
+  v1::Task& t = *version->stored.mutable_task();
   t.set_task_id(task_id);
   *t.mutable_spec() = spec;
   t.set_state(v1::TASK_STATE_READY);
   t.set_content_hash(hash);
-  const int64_t now = NowMicros();
-  t.mutable_create_time()->set_seconds(now / 1000000);
-  t.mutable_create_time()->set_nanos(static_cast<int32_t>(now % 1000000) * 1000);
+  SetTime(t.mutable_create_time(), now);
   auto* stats = t.mutable_stats();
   stats->set_demonstrations(task->demonstrations());
   stats->set_groups(layout.groups());
@@ -116,12 +247,12 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   stats->set_cache_bytes(2ull * c.num_layers * layout.context_tokens * c.num_kv_heads * c.head_dim *
                          DTypeSize(cache_.storage_dtype()));
 
-  entry->record.task_id = RecordId(tenant, task_id);
-  entry->record.tenant = tenant;
-  entry->record.content_hash = hash;
-  entry->record.kv_key =
+  version->record.task_id = RecordId(tenant, task_id);
+  version->record.tenant = tenant;
+  version->record.content_hash = hash;
+  version->record.kv_key =
       CacheKeyForTask(*model_.transformer, *model_.tokenizer, *task, cache_.storage_dtype());
-  entry->record.created_unix_micros = now;
+  version->record.created_unix_micros = now;
 
   double encode_seconds = 0;
   auto encode = [&]() -> absl::StatusOr<EncodedContext> {
@@ -140,53 +271,53 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   };
   // The record is written with the stats known before encoding; encode_seconds is filled in the
   // in-memory copy (a restart reports the stored value).
-  entry->record.spec = entry->stored.SerializeAsString();
-  if (existing) {
-    if (auto s = cache_.DeleteTask(existing->record.task_id); !s.ok()) return s;
-  }
-  auto pinned = cache_.CreateTask(
-      entry->record, encode, [task](const EncodedContext& ctx) { return task->CheckContext(ctx); });
-  if (!pinned.ok()) return pinned.status();
+  version->record.spec = version->stored.SerializeAsString();
+  // One synced batch switches a replaced task from its previous version to this one (the previous
+  // record is never deleted first): a crash before it leaves the previous version served.
+  auto pinned = cache_.CreateTask(version->record, encode, [task](const EncodedContext& ctx) {
+    return task->CheckContext(ctx);
+  });
+  if (!pinned.ok()) return fail(pinned.status());
   stats->set_encode_seconds(encode_seconds);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    entries_[Key(tenant, task_id)] = entry;
+    version->generation = next_generation_++;
+    if (previous.current) previous.current->retired.store(true);
+    Entry ready;
+    ready.current = version;
+    entries_[key] = std::move(ready);
   }
   CreateResult result;
   result.task = t;
-  FillTiers(result.task, entry->record.kv_key);
+  FillTiers(result.task, version->record.kv_key);
   result.created = true;
-  result.replaced = existing != nullptr;
+  result.replaced = previous.current != nullptr || previous.quarantined;
   return result;
 }
 
-absl::StatusOr<std::shared_ptr<TaskRegistry::Entry>> TaskRegistry::Find(
-    const std::string& tenant, const std::string& task_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(Key(tenant, task_id));
-  if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
-  }
-  return it->second;
-}
-
 absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
-  auto found = Find(tenant, task_id);
-  if (!found.ok()) return found.status();
-  std::shared_ptr<Entry> entry = *std::move(found);
-  v1::Task task = entry->stored.task();
-  FillTiers(task, entry->record.kv_key);
-  return task;
+  Entry entry;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(Key(tenant, task_id));
+    if (it == entries_.end() || it->second.deleting) {
+      return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
+    }
+    entry = it->second;
+  }
+  return Describe(entry);
 }
 
 std::vector<v1::Task> TaskRegistry::List(const std::string& tenant, const std::string& after,
                                          size_t limit, bool* more) {
-  std::vector<std::shared_ptr<Entry>> page;
+  std::vector<Entry> page;
   *more = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    const std::string prefix = tenant + '\n';
     for (auto it = entries_.upper_bound(Key(tenant, after)); it != entries_.end(); ++it) {
-      if (it->second->record.tenant != tenant) break;
+      if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+      if (it->second.deleting) continue;
       if (page.size() == limit) {
         *more = true;
         break;
@@ -195,58 +326,103 @@ std::vector<v1::Task> TaskRegistry::List(const std::string& tenant, const std::s
     }
   }
   std::vector<v1::Task> tasks;
-  for (const auto& entry : page) {
-    tasks.push_back(entry->stored.task());
-    FillTiers(tasks.back(), entry->record.kv_key);
-  }
+  for (const Entry& entry : page) tasks.push_back(Describe(entry));
   return tasks;
 }
 
 absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
                                               const std::string& task_id) {
-  std::shared_ptr<Entry> entry;
+  const std::string key = Key(tenant, task_id);
+  Entry entry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(Key(tenant, task_id));
-    if (it == entries_.end()) {
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.deleting) {
       return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
     }
+    const v1::TaskState state = StateOf(it->second);
+    if (state == v1::TASK_STATE_ENCODING || it->second.replacing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "task \"", task_id,
+          "\" is being encoded by a CreateTask call; delete it once that call has finished (or "
+          "cancel the call)"));
+    }
+    if (state == v1::TASK_STATE_FAILED && !it->second.quarantined) {
+      entries_.erase(it);  // a failed create stored nothing
+      return uint64_t{0};
+    }
+    it->second.deleting = true;
     entry = it->second;
-    entries_.erase(it);
   }
   const uint64_t before = cache_.Stats().memory_bytes + cache_.Stats().disk_bytes;
-  if (auto s = cache_.DeleteTask(entry->record.task_id); !s.ok()) return s;
+  absl::Status s = cache_.DeleteTask(RecordId(tenant, task_id));
   const uint64_t after = cache_.Stats().memory_bytes + cache_.Stats().disk_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (s.ok()) {
+      if (entry.current) entry.current->retired.store(true);
+      entries_.erase(key);
+    } else {
+      entries_[key].deleting = false;
+    }
+  }
+  deleted_.notify_all();
+  if (!s.ok()) return s;
   return before > after ? before - after : 0;
 }
 
-absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::Prepared(Entry& entry) {
-  std::lock_guard<std::mutex> lock(entry.prepare_mutex);
-  if (entry.task) return entry.task;
+absl::StatusOr<std::shared_ptr<const TaskVersion>> TaskRegistry::Resolve(
+    const std::string& tenant, const std::string& task_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(Key(tenant, task_id));
+  if (it == entries_.end() || it->second.deleting) {
+    return absl::NotFoundError(absl::StrCat("task \"", task_id, "\" does not exist"));
+  }
+  const Entry& entry = it->second;
+  if (entry.current) return entry.current;
+  if (entry.shown.state() == v1::TASK_STATE_ENCODING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task \"", task_id,
+                     "\" is still being encoded (state ENCODING); retry once GetTask shows READY"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("task \"", task_id, "\" is FAILED: ", entry.shown.error()));
+}
+
+absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::Prepared(const TaskVersion& version) {
+  std::lock_guard<std::mutex> lock(version.prepare_mutex);
+  if (version.task) return version.task;
   // After a restart: rebuild the task from its stored spec (tokenizing, no encoding).
-  auto options = ToTaskOptions(entry.stored.spec(), config_);
+  auto options = ToTaskOptions(version.stored.spec(), config_);
   if (!options.ok()) return options.status();
-  auto examples = ToDemonstrations(entry.stored.demonstrations(), entry.stored.spec(), config_);
+  auto examples = ToDemonstrations(version.stored.demonstrations(), version.stored.spec(), config_);
   if (!examples.ok()) return examples.status();
   auto task = IclTask::Prepare(*model_.transformer, *model_.tokenizer, *options, *examples);
   if (!task.ok()) return task.status();
-  entry.task = *std::move(task);
-  return entry.task;
+  version.task = *std::move(task);
+  return version.task;
 }
 
-absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(const std::string& tenant,
-                                                           const std::string& task_id) {
-  auto found = Find(tenant, task_id);
-  if (!found.ok()) return found.status();
-  std::shared_ptr<Entry> entry = *std::move(found);
-  auto task = Prepared(*entry);
+absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
+    const std::shared_ptr<const TaskVersion>& version) {
+  auto task = Prepared(*version);
   if (!task.ok()) return task.status();
   std::shared_ptr<IclTask> t = *task;
-  auto pinned = cache_.Acquire(
-      entry->record.kv_key, [t]() { return t->EncodeContext(); },
-      [t](const EncodedContext& ctx) { return t->CheckContext(ctx); });
-  if (!pinned.ok()) return pinned.status();
+  EncodeFn encode;
+  if (!version->retired.load()) encode = [t]() { return t->EncodeContext(); };
+  auto pinned = cache_.Acquire(version->record.kv_key, encode,
+                               [t](const EncodedContext& ctx) { return t->CheckContext(ctx); });
+  if (!pinned.ok()) {
+    if (!encode && absl::IsFailedPrecondition(pinned.status())) {
+      return absl::AbortedError(absl::StrCat(
+          "task \"", version->task_id,
+          "\" was replaced or deleted while this request waited, and the version it was accepted "
+          "for is no longer cached; retry to use the current version"));
+    }
+    return pinned.status();
+  }
   Handle handle;
+  handle.version = version;
   handle.task = t;
   handle.context = *std::move(pinned);
   return handle;

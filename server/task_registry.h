@@ -1,8 +1,16 @@
 // The tasks this server knows, per tenant: created through the API, restored from the cache's
-// RocksDB records at startup. Owns each task's prepared IclTask (built lazily after a restart) and
-// hands out handles that pin the task's context in the cache's memory tier while a batch runs.
+// RocksDB records at startup. Each task id maps to its served version (an immutable TaskVersion
+// that requests hold from start to end) and its lifecycle state:
+//   ENCODING  a CreateTask of a new id is tokenizing/encoding; not served yet;
+//   READY     served; `replacing` while a CreateTask with replace encodes its next version (the
+//             current one stays served until the next one has committed);
+//   FAILED    not served, with the reason: its stored record was found damaged at startup
+//             (quarantined), or its CreateTask failed after it became visible for a reason other
+//             than a bad request (kept in memory only; INVALID_ARGUMENT leaves nothing behind).
+//             DeleteTask removes it; CreateTask (with replace, when quarantined) overwrites it.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +23,7 @@
 #include "manyshot/v1/manyshot.pb.h"
 #include "server/model_loader.h"
 #include "server/server_config.h"
+#include "server/task_version.h"
 
 namespace manyshot::server {
 
@@ -22,7 +31,8 @@ class TaskRegistry {
  public:
   TaskRegistry(const LoadedModel& model, ContextCache& cache, const ServerConfig& config);
 
-  // Loads every task record from the cache (its KV stays on disk until first use).
+  // Loads every task record from the cache (its KV stays on disk until first use). A record that
+  // is damaged, or whose spec no longer parses, makes that task FAILED; the others are served.
   absl::Status Restore();
 
   struct CreateResult {
@@ -43,36 +53,57 @@ class TaskRegistry {
   absl::StatusOr<uint64_t> Delete(const std::string& tenant, const std::string& task_id);
   size_t size() const;
 
-  // A task ready for queries: its IclTask and (unless only CONVENTIONAL is asked) its context,
+  struct Counts {
+    size_t encoding = 0;
+    size_t ready = 0;
+    size_t failed = 0;
+    size_t quarantined = 0;  // of the failed: their stored record is damaged
+  };
+  Counts counts() const;
+
+  // The version a request is answered against: NOT_FOUND, or FAILED_PRECONDITION naming the state
+  // when the task is ENCODING or FAILED.
+  absl::StatusOr<std::shared_ptr<const TaskVersion>> Resolve(const std::string& tenant,
+                                                             const std::string& task_id) const;
+
+  // A version ready for queries: its IclTask and (unless only CONVENTIONAL is asked) its context,
   // pinned for as long as the handle lives.
   struct Handle {
+    std::shared_ptr<const TaskVersion> version;
     std::shared_ptr<IclTask> task;
     PinnedContext context;
     const EncodedContext* get() const { return context ? context.get() : nullptr; }
   };
-  absl::StatusOr<Handle> Acquire(const std::string& tenant, const std::string& task_id);
+  // ABORTED when the version was retired (replaced or deleted) and its KV is no longer cached:
+  // the request is not re-encoded for a version nobody serves any more.
+  absl::StatusOr<Handle> Acquire(const std::shared_ptr<const TaskVersion>& version);
 
  private:
   struct Entry {
-    TaskRecord record;
-    internal::StoredTask stored;
-    std::shared_ptr<IclTask> task;  // prepared lazily
-    std::mutex prepare_mutex;
+    std::shared_ptr<const TaskVersion> current;  // the served version; null unless READY
+    v1::Task shown;                              // the task as reported while ENCODING or FAILED
+    bool replacing = false;    // READY, and a replace is encoding the next version
+    bool quarantined = false;  // FAILED because the stored record is damaged (still on disk)
+    bool deleting = false;     // DeleteTask is removing it: invisible, creates wait
   };
   static std::string Key(const std::string& tenant, const std::string& task_id) {
     return tenant + '\n' + task_id;
   }
-  absl::StatusOr<std::shared_ptr<IclTask>> Prepared(Entry& entry);
-  // NOT_FOUND naming the task when `tenant` has no such task.
-  absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& tenant,
-                                              const std::string& task_id) const;
+  v1::TaskState StateOf(const Entry& entry) const;
+  absl::StatusOr<std::shared_ptr<IclTask>> Prepared(const TaskVersion& version);
+  // The reported task of an entry (tiers filled for READY ones). Caller holds no lock.
+  v1::Task Describe(const Entry& entry);
   void FillTiers(v1::Task& task, const std::string& kv_key);
+  void AddFailed(const std::string& tenant, const std::string& task_id, const std::string& error,
+                 bool quarantined);
 
   const LoadedModel& model_;
   ContextCache& cache_;
   const ServerConfig& config_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<Entry>> entries_;  // by Key(tenant, id)
+  std::condition_variable deleted_;       // signalled when a delete finishes
+  std::map<std::string, Entry> entries_;  // by Key(tenant, id)
+  uint64_t next_generation_ = 1;          // guarded by mutex_
   std::mutex create_mutex_;  // one create at a time (each saturates the backend anyway)
 };
 

@@ -1,0 +1,35 @@
+// One immutable version of a task: its stored record and spec, and the engine task built from them.
+// A request resolves the version it is answered against once, at its start, and holds it to the
+// end, so its labels, templates and KV all come from that one version even when a replace commits
+// meanwhile (the registry then serves the new version to later requests).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cache/task_record.h"
+#include "engine/prompting/icl_task.h"
+#include "manyshot/internal/stored_task.pb.h"
+
+namespace manyshot::server {
+
+struct TaskVersion {
+  // Unique per server process: the scheduler batches requests of one version only.
+  uint64_t generation = 0;
+  std::string tenant;
+  std::string task_id;
+  TaskRecord record;
+  internal::StoredTask stored;  // spec, demonstrations and the task as reported (READY)
+
+  // Set once a later version replaced this one or the task was deleted: requests that resolved
+  // this version still finish on it, but its KV is not re-encoded for them.
+  mutable std::atomic<bool> retired{false};
+  // The engine task; built from `stored` on first use after a restart (tokenizing, no encoding).
+  mutable std::mutex prepare_mutex;
+  mutable std::shared_ptr<IclTask> task;
+};
+
+}  // namespace manyshot::server
