@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
-#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/byte_buffer.h"
 
 namespace manyshot::server {
 
