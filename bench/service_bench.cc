@@ -2,10 +2,15 @@
 // real manyshot-server binary (started here on 127.0.0.1 with ephemeral ports and a temporary data
 // directory), with 32 concurrent clients each sending requests of a fixed batch of inputs. The
 // same-run reference: the in-process engine on the same generated default model, the same 64-shot
-// SST-2 task and the same inputs, classified in the scheduler's batches of up to 32 inputs.
-// Reported: q/s both ways, p50/p99 request latency, overhead = in-process q/s / gRPC q/s.
+// SST-2 task and the same inputs, classified in engine batches of 32 inputs (the scheduler's
+// largest) and in batches as large as the server's scheduler actually formed (its mean, from
+// /metrics). Each of --repeats rounds runs gRPC and then both references back to back; reported
+// are medians over rounds: q/s, p50/p99 request latency, overhead = in-process q/s / gRPC q/s.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,10 +18,12 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,14 +81,18 @@ pid_t StartServer(const fs::path& binary, const fs::path& dir, int threads) {
   return pid;
 }
 
-// Waits (up to 180 s: the first start generates the default model) for the port file.
-int WaitForGrpcPort(const fs::path& port_file, pid_t pid) {
+// Waits (up to 180 s: the first start generates the default model) for the port file; returns the
+// gRPC port and sets *metrics_port.
+int WaitForGrpcPort(const fs::path& port_file, pid_t pid, int* metrics_port) {
   for (int i = 0; i < 1800; ++i) {
     std::ifstream in(port_file);
     std::string line;
+    int grpc = -1;
     while (std::getline(in, line)) {
-      if (line.rfind("grpc=", 0) == 0) return std::stoi(line.substr(5));
+      if (line.rfind("grpc=", 0) == 0) grpc = std::stoi(line.substr(5));
+      if (line.rfind("metrics=", 0) == 0) *metrics_port = std::stoi(line.substr(8));
     }
+    if (grpc > 0) return grpc;
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -110,6 +121,34 @@ struct GrpcFigures {
   double p50_ms = 0;
   double p99_ms = 0;
 };
+
+// The server's manyshot_batch_inputs histogram {sum, count} from /metrics, or {0, 0}.
+std::pair<double, double> EngineBatchTotals(int metrics_port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return {0, 0};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(metrics_port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string body;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[65536];
+      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) body.append(buffer, n);
+    }
+  }
+  close(fd);
+  std::pair<double, double> totals{0, 0};
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("manyshot_batch_inputs_sum ", 0) == 0) totals.first = std::stod(line.substr(26));
+    if (line.rfind("manyshot_batch_inputs_count ", 0) == 0) {
+      totals.second = std::stod(line.substr(28));
+    }
+  }
+  return totals;
+}
 
 // kClients threads, each sending `requests` Classify calls of `batch` inputs after one warm-up.
 absl::StatusOr<GrpcFigures> RunClients(const std::shared_ptr<grpc::Channel>& channel,
@@ -196,7 +235,8 @@ int RunServiceBench(const BenchOptions& options) {
   // 1. Through gRPC.
   pid_t pid = StartServer(binary, tmp, options.threads);
   if (pid < 0) return Fail("cannot start " + binary.string());
-  int port = WaitForGrpcPort(tmp / "ports", pid);
+  int metrics_port = -1;
+  int port = WaitForGrpcPort(tmp / "ports", pid, &metrics_port);
   if (port < 0) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
@@ -206,8 +246,13 @@ int RunServiceBench(const BenchOptions& options) {
   channel_args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
                                            grpc::InsecureChannelCredentials(), channel_args);
-  std::vector<GrpcFigures> grpc_figures;
   std::string error;
+  auto stop_server = [&]() -> bool {
+    kill(pid, SIGTERM);
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  };
   {
     auto stub = v1::ManyShot::NewStub(channel);
     grpc::ClientContext context;
@@ -228,30 +273,18 @@ int RunServiceBench(const BenchOptions& options) {
     grpc::Status status = stream->Finish();
     if (!status.ok() || !created) error = "CreateTask: " + status.error_message();
   }
-  for (size_t batch : batches) {
-    if (!error.empty()) break;
-    auto f = RunClients(channel, *test, batch, requests);
-    if (!f.ok()) {
-      error = std::string(f.status().message());
-      break;
-    }
-    grpc_figures.push_back(*f);
-  }
-  kill(pid, SIGTERM);
-  int wstatus = 0;
-  waitpid(pid, &wstatus, 0);
-  if (!error.empty()) return Fail(error);
-  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    return Fail("the server did not exit 0 after SIGTERM");
+  if (!error.empty()) {
+    stop_server();
+    return Fail(error);
   }
 
-  // 2. In process: the model the server generated, the same task and inputs, batches of <= 32.
+  // 2. In process: the model the server generated, the same task and inputs. Loaded while the
+  // (idle) server runs, so each gRPC round is followed at once by its in-process reference and
+  // the ratio compares runs seconds apart: on a shared machine the load drifts over minutes.
   const fs::path model_dir = tmp / "data" / "models" / "default-gpt2-tiny";
   CpuBackend backend(options.threads);
   auto model = Transformer::Load(model_dir, backend);
-  if (!model.ok()) return Fail(model.status().ToString());
-  auto tokenizer = LoadTokenizer(model_dir);
-  if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
+  auto tokenizer = model.ok() ? LoadTokenizer(model_dir) : model.status();
   server::ServerConfig config;
   v1::CreateTaskRequest same;
   for (const Example& e : *train) {
@@ -260,18 +293,48 @@ int RunServiceBench(const BenchOptions& options) {
     d->set_label(e.label);
   }
   auto task_options = server::ToTaskOptions(Sst2Spec(), config);
-  if (!task_options.ok()) return Fail(task_options.status().ToString());
   auto demos = server::ToDemonstrations(same.demonstrations(), Sst2Spec(), config);
-  if (!demos.ok()) return Fail(demos.status().ToString());
-  auto task = IclTask::Prepare(**model, **tokenizer, *task_options, *demos);
-  if (!task.ok()) return Fail(task.status().ToString());
-  auto encoded = (*task)->EncodeContext();
-  if (!encoded.ok()) return Fail(encoded.status().ToString());
+  absl::StatusOr<std::unique_ptr<IclTask>> task = absl::UnknownError("not prepared");
+  if (!model.ok()) {
+    error = model.status().ToString();
+  } else if (!tokenizer.ok()) {
+    error = tokenizer.status().ToString();
+  } else if (!task_options.ok()) {
+    error = task_options.status().ToString();
+  } else if (!demos.ok()) {
+    error = demos.status().ToString();
+  } else {
+    task = IclTask::Prepare(**model, **tokenizer, *task_options, *demos);
+    if (!task.ok()) error = task.status().ToString();
+  }
+  auto encoded = task.ok() ? (*task)->EncodeContext() : task.status();
+  if (error.empty() && !encoded.ok()) error = encoded.status().ToString();
+  if (!error.empty()) {
+    stop_server();
+    return Fail(error);
+  }
   report.Add("context_tokens", static_cast<double>(encoded->tokens));
 
-  for (size_t b = 0; b < grpc_figures.size(); ++b) {
-    const size_t batch = batches[b];
-    // The inputs the clients sent, in the order they were built (client-major).
+  // q/s classifying `inputs` in engine batches of `chunk` inputs (median of repeats).
+  auto in_process_qps = [&](const std::vector<Example>& inputs, size_t chunk) -> double {
+    bool ok = true;
+    double seconds = MedianSeconds(
+        [&] {
+          for (size_t i = 0; i < inputs.size(); i += chunk) {
+            std::vector<Example> part(
+                inputs.begin() + static_cast<std::ptrdiff_t>(i),
+                inputs.begin() + static_cast<std::ptrdiff_t>(std::min(inputs.size(), i + chunk)));
+            ok &= (*task)->Classify(&*encoded, part).ok();
+          }
+        },
+        std::max(1, options.repeats));
+    return ok ? static_cast<double>(inputs.size()) / seconds : 0.0;
+  };
+
+  const int rounds = std::max(1, options.repeats);
+  report.Add("rounds", rounds);
+  for (size_t batch : batches) {
+    // The inputs the clients send, in the order they are built (client-major).
     std::vector<Example> inputs;
     for (int c = 0; c < kClients; ++c) {
       for (int r = 0; r < requests; ++r) {
@@ -281,28 +344,57 @@ int RunServiceBench(const BenchOptions& options) {
         }
       }
     }
-    auto classify_all = [&]() -> bool {
-      for (size_t i = 0; i < inputs.size(); i += kEngineBatch) {
-        std::vector<Example> chunk(inputs.begin() + static_cast<std::ptrdiff_t>(i),
-                                   inputs.begin() + static_cast<std::ptrdiff_t>(
-                                                        std::min(inputs.size(), i + kEngineBatch)));
-        if (!(*task)->Classify(&*encoded, chunk).ok()) return false;
+    std::vector<double> grpc_qps, full_qps, same_qps, ratios, same_ratios, p50s, p99s, engine;
+    for (int round = 0; round < rounds && error.empty(); ++round) {
+      const auto before = EngineBatchTotals(metrics_port);
+      auto f = RunClients(channel, *test, batch, requests);
+      if (!f.ok()) {
+        error = std::string(f.status().message());
+        break;
       }
-      return true;
-    };
-    bool ok = true;
-    double seconds = MedianSeconds([&] { ok &= classify_all(); }, std::max(1, options.repeats));
-    if (!ok) return Fail("in-process Classify failed");
-    const double in_process_qps = static_cast<double>(inputs.size()) / seconds;
-    const GrpcFigures& g = grpc_figures[b];
+      const auto after = EngineBatchTotals(metrics_port);
+      double mean_batch = static_cast<double>(kEngineBatch);
+      if (after.second > before.second) {
+        mean_batch = (after.first - before.first) / (after.second - before.second);
+      }
+      // The reference in the engine's best batches, and in batches as large as the server's
+      // scheduler actually formed (the same batching, so the ratio is the service's own cost).
+      const double full = in_process_qps(inputs, kEngineBatch);
+      const double same_batching =
+          in_process_qps(inputs, std::max<size_t>(1, static_cast<size_t>(std::lround(mean_batch))));
+      if (full <= 0 || same_batching <= 0) {
+        error = "in-process Classify failed";
+        break;
+      }
+      grpc_qps.push_back(f->qps);
+      p50s.push_back(f->p50_ms);
+      p99s.push_back(f->p99_ms);
+      engine.push_back(mean_batch);
+      full_qps.push_back(full);
+      same_qps.push_back(same_batching);
+      ratios.push_back(full / f->qps);
+      same_ratios.push_back(same_batching / f->qps);
+    }
+    if (!error.empty()) break;
     const std::string p = "batch" + std::to_string(batch) + "_";
-    report.Add(p + "grpc_queries_per_second", g.qps, "q/s");
-    report.Add(p + "grpc_latency_p50_ms", g.p50_ms, "ms");
-    report.Add(p + "grpc_latency_p99_ms", g.p99_ms, "ms");
-    report.Add(p + "in_process_queries_per_second", in_process_qps, "q/s");
-    report.Add(p + "overhead_ratio", in_process_qps / g.qps,
-               "x (in-process / gRPC; target <= 1.2)");
+    const std::string target = batch == 1 ? "1.1" : "1.05";
+    report.Add(p + "grpc_queries_per_second", Percentile(grpc_qps, 0.5), "q/s (median of rounds)");
+    report.Add(p + "grpc_latency_p50_ms", Percentile(p50s, 0.5), "ms (median of rounds)");
+    report.Add(p + "grpc_latency_p99_ms", Percentile(p99s, 0.5), "ms (median of rounds)");
+    report.Add(p + "grpc_mean_engine_batch", Percentile(engine, 0.5),
+               "inputs per batch the server's scheduler ran (from /metrics)");
+    report.Add(p + "in_process_queries_per_second", Percentile(full_qps, 0.5),
+               "q/s in engine batches of 32");
+    report.Add(p + "in_process_same_batching_queries_per_second", Percentile(same_qps, 0.5),
+               "q/s in engine batches of the server's mean batch");
+    report.Add(p + "overhead_ratio", Percentile(ratios, 0.5),
+               "x (in-process in batches of 32 / gRPC, median of per-round ratios; target <= " +
+                   target + ")");
+    report.Add(p + "overhead_ratio_same_batching", Percentile(same_ratios, 0.5),
+               "x (in-process in the server's batch sizes / gRPC, median of per-round ratios)");
   }
+  if (!stop_server() && error.empty()) error = "the server did not exit 0 after SIGTERM";
+  if (!error.empty()) return Fail(error);
   fs::remove_all(tmp);
   report.Print();
   return 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "google/protobuf/util/json_util.h"
+#include "google/rpc/error_details.pb.h"
 
 namespace manyshot::client {
 namespace {
@@ -102,8 +103,42 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 int ReportRpcError(const std::string& command, const grpc::Status& status) {
+  google::rpc::Status details;
+  if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
+    details.set_code(static_cast<int32_t>(status.error_code()));
+    details.set_message(status.error_message());
+    return ReportErrorStatus(command, details);
+  }
   std::fprintf(stderr, "manyshot: %s: %s: %s\n", command.c_str(), CodeName(status.error_code()),
                status.error_message().c_str());
+  return 1;
+}
+
+int ReportErrorStatus(const std::string& command, const google::rpc::Status& status) {
+  std::fprintf(stderr, "manyshot: %s: %s: %s\n", command.c_str(),
+               CodeName(static_cast<grpc::StatusCode>(status.code())), status.message().c_str());
+  // The machine-readable details, one line: what a script would branch on.
+  std::string facts;
+  auto add = [&facts](const std::string& fact) { facts += (facts.empty() ? "" : "; ") + fact; };
+  for (const auto& any : status.details()) {
+    google::rpc::ErrorInfo info;
+    google::rpc::BadRequest bad;
+    google::rpc::RetryInfo retry;
+    if (any.UnpackTo(&info)) {
+      add("reason " + info.reason());
+    } else if (any.UnpackTo(&bad)) {
+      for (const auto& v : bad.field_violations()) {
+        if (!v.field().empty()) add("field " + v.field());
+      }
+    } else if (any.UnpackTo(&retry)) {
+      char delay[64];
+      std::snprintf(
+          delay, sizeof(delay), "retry after %.3g s",
+          static_cast<double>(retry.retry_delay().seconds()) + retry.retry_delay().nanos() * 1e-9);
+      add(delay);
+    }
+  }
+  if (!facts.empty()) std::fprintf(stderr, "manyshot: %s: (%s)\n", command.c_str(), facts.c_str());
   return 1;
 }
 

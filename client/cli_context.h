@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "google/protobuf/message.h"
+#include "google/rpc/status.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 
@@ -52,6 +53,10 @@ int ReportUsageError(const std::string& command, const std::string& message);
 
 // Prints a failed call as "manyshot: <command>: <CODE>: <message>" on stderr; returns exit code 1.
 int ReportRpcError(const std::string& command, const grpc::Status& status);
+// The same for an error as a google.rpc.Status (StreamClassify's in-band errors). Both print the
+// error's details when it has them: the ErrorInfo reason, the BadRequest field, the RetryInfo
+// delay.
+int ReportErrorStatus(const std::string& command, const google::rpc::Status& status);
 
 // A message as JSON (proto field names), on one line.
 std::string ToJson(const google::protobuf::Message& message);

@@ -1,5 +1,6 @@
 // classify, score, generate.
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -179,19 +180,41 @@ int RunClassify(const CliContext& cli) {
 
   // StreamClassify: every batch on one stream; answers arrive in completion order and are
   // printed in input order.
+  // At most kStreamWindow batches are sent and unanswered: the server answers requests beyond its
+  // --max_stream_inflight (default 64) with RESOURCE_EXHAUSTED instead of queueing them.
+  constexpr size_t kStreamWindow = 32;
+  std::mutex window_mutex;
+  std::condition_variable window_open;
+  size_t answered = 0;
+  bool reading_done = false;
   auto call = cli.NewStreamingCall(task_id);
   auto stream = stub->StreamClassify(call.get());
   std::thread writer([&] {
     for (size_t b = 0; b < batches.size(); ++b) {
+      {
+        std::unique_lock<std::mutex> lock(window_mutex);
+        window_open.wait(lock, [&] { return reading_done || b < answered + kStreamWindow; });
+        if (reading_done) return;
+      }
       if (!stream->Write(make_request(b))) return;
     }
     stream->WritesDone();
   });
+  auto count_answer = [&](bool last) {
+    std::lock_guard<std::mutex> lock(window_mutex);
+    if (last) {
+      reading_done = true;
+    } else {
+      ++answered;
+    }
+    window_open.notify_all();
+  };
   std::map<size_t, v1::ClassifyResponse> pending;
   size_t next = 0;
   int exit_code = 0;
   v1::ClassifyResponse response;
   while (stream->Read(&response)) {
+    count_answer(false);
     size_t b = 0;
     try {
       b = std::stoul(response.request_id());
@@ -207,11 +230,10 @@ int RunClassify(const CliContext& cli) {
     pending[b] = std::move(response);
     for (auto it = pending.find(next); it != pending.end(); it = pending.find(next)) {
       const v1::ClassifyResponse& r = it->second;
-      if (r.error_code() != 0) {
-        ReportRpcError(
-            absl::StrCat(cmd, ": inputs ", next * batch_size + 1, "-",
-                         next * batch_size + batches[next].size()),
-            grpc::Status(static_cast<grpc::StatusCode>(r.error_code()), r.error_message()));
+      if (r.error().code() != 0) {
+        ReportErrorStatus(absl::StrCat(cmd, ": inputs ", next * batch_size + 1, "-",
+                                       next * batch_size + batches[next].size()),
+                          r.error());
         exit_code = 1;
       } else {
         for (int i = 0; i < r.results_size() && i < static_cast<int>(batches[next].size()); ++i) {
@@ -224,6 +246,7 @@ int RunClassify(const CliContext& cli) {
       ++next;
     }
   }
+  count_answer(true);
   writer.join();
   grpc::Status status = stream->Finish();
   if (!status.ok()) return ReportRpcError(cmd, status);

@@ -81,6 +81,15 @@ ABSL_FLAG(uint32_t, max_labels, 1000, "Most labels per task");
 ABSL_FLAG(uint32_t, max_new_tokens, 256, "Most tokens one Generate call may produce");
 ABSL_FLAG(uint32_t, max_beam_width, 8, "Widest beam search allowed");
 ABSL_FLAG(uint32_t, max_tasks, 10000, "Most tasks the server holds");
+ABSL_FLAG(uint32_t, max_stream_inflight, 64,
+          "Most StreamClassify requests of one stream being answered at once; beyond, a request "
+          "is answered in-band with RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_server_inflight, 1024,
+          "Most StreamClassify requests of all streams being answered at once; beyond, a request "
+          "is answered in-band with RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_upload_bytes, 1ull << 30,
+          "Most bytes of request messages one CreateTask upload may send (RESOURCE_EXHAUSTED "
+          "beyond)");
 ABSL_FLAG(uint32_t, default_max_query_tokens, 128,
           "Room for a query (tokens) when a task does not set max_query_tokens");
 ABSL_FLAG(uint32_t, default_max_answer_tokens, 32,
@@ -125,6 +134,9 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   config.max_beam_width = absl::GetFlag(FLAGS_max_beam_width);
   config.max_tasks = absl::GetFlag(FLAGS_max_tasks);
+  config.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
+  config.max_server_inflight = absl::GetFlag(FLAGS_max_server_inflight);
+  config.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
   config.default_max_query_tokens = absl::GetFlag(FLAGS_default_max_query_tokens);
   config.default_max_answer_tokens = absl::GetFlag(FLAGS_default_max_answer_tokens);
   return config;

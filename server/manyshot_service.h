@@ -1,63 +1,55 @@
-// The manyshot.v1.ManyShot gRPC service: validates requests, turns them into engine calls through
-// the task registry (tasks, cache) and the scheduler (batching), and maps results back.
+// The manyshot.v1.ManyShot gRPC service on gRPC's callback (reactor) API. Every method is
+// registered raw (grpc::ByteBuffer in and out) so the service parses requests itself and can
+// answer an undecodable message with INVALID_ARGUMENT naming the field (server/request_parser.h).
+// No handler blocks a thread on the engine: requests are handed to the scheduler, whose worker
+// completes the call; task encoding runs on job threads (server/job_threads.h). Unary methods are
+// here; the streaming ones have a reactor each (create_task_reactor, stream_classify_reactor,
+// generate_reactor).
 #pragma once
 
-#include <chrono>
 #include <memory>
 
+#include "grpcpp/support/byte_buffer.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "server/model_loader.h"
-#include "server/scheduler.h"
-#include "server/server_config.h"
-#include "server/service_metrics.h"
-#include "server/task_registry.h"
+#include "server/job_threads.h"
+#include "server/service_parts.h"
 
 namespace manyshot::server {
 
-class ManyShotService final : public manyshot::v1::ManyShot::Service {
+using ManyShotRawCallbackService = v1::ManyShot::WithRawCallbackMethod_CreateTask<
+    v1::ManyShot::WithRawCallbackMethod_GetTask<v1::ManyShot::WithRawCallbackMethod_ListTasks<
+        v1::ManyShot::WithRawCallbackMethod_DeleteTask<v1::ManyShot::WithRawCallbackMethod_Classify<
+            v1::ManyShot::WithRawCallbackMethod_StreamClassify<
+                v1::ManyShot::WithRawCallbackMethod_Score<
+                    v1::ManyShot::WithRawCallbackMethod_Generate<
+                        v1::ManyShot::WithRawCallbackMethod_GetServerInfo<
+                            v1::ManyShot::Service>>>>>>>>>;
+
+class ManyShotService final : public ManyShotRawCallbackService {
  public:
   // Everything passed in outlives the service.
   ManyShotService(const ServerConfig& config, std::shared_ptr<const LoadedModel> model,
                   TaskRegistry& registry, Scheduler& scheduler, ContextCache& cache,
                   ServiceMetrics& metrics);
 
-  grpc::Status CreateTask(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::CreateTaskResponse, v1::CreateTaskRequest>* stream) override;
-  grpc::Status GetTask(grpc::ServerContext* context, const v1::GetTaskRequest* request,
-                       v1::Task* response) override;
-  grpc::Status ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
-                         v1::ListTasksResponse* response) override;
-  grpc::Status DeleteTask(grpc::ServerContext* context, const v1::DeleteTaskRequest* request,
-                          v1::DeleteTaskResponse* response) override;
-  grpc::Status Classify(grpc::ServerContext* context, const v1::ClassifyRequest* request,
-                        v1::ClassifyResponse* response) override;
-  grpc::Status StreamClassify(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::ClassifyResponse, v1::ClassifyRequest>* stream) override;
-  grpc::Status Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
-                     v1::ScoreResponse* response) override;
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
-  grpc::Status GetServerInfo(grpc::ServerContext* context, const v1::GetServerInfoRequest* request,
-                             v1::ServerInfo* response) override;
+  using Bidi = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+  using Unary = grpc::ServerUnaryReactor;
+  using Context = grpc::CallbackServerContext;
+  using Bytes = grpc::ByteBuffer;
+
+  Bidi* CreateTask(Context* context) override;
+  Unary* GetTask(Context* context, const Bytes* request, Bytes* response) override;
+  Unary* ListTasks(Context* context, const Bytes* request, Bytes* response) override;
+  Unary* DeleteTask(Context* context, const Bytes* request, Bytes* response) override;
+  Unary* Classify(Context* context, const Bytes* request, Bytes* response) override;
+  Bidi* StreamClassify(Context* context) override;
+  Unary* Score(Context* context, const Bytes* request, Bytes* response) override;
+  grpc::ServerWriteReactor<Bytes>* Generate(Context* context, const Bytes* request) override;
+  Unary* GetServerInfo(Context* context, const Bytes* request, Bytes* response) override;
 
  private:
-  // Classification shared by Classify and StreamClassify.
-  grpc::Status DoClassify(grpc::ServerContext* context, const v1::ClassifyRequest& request,
-                          v1::ClassifyResponse* response);
-  // Counts, times and logs one finished call.
-  grpc::Status Finish(const char* method, grpc::ServerContext* context,
-                      std::chrono::steady_clock::time_point start, const std::string& task_id,
-                      grpc::Status status);
-
-  ServerConfig config_;
-  std::shared_ptr<const LoadedModel> model_;
-  TaskRegistry& registry_;
-  Scheduler& scheduler_;
-  ContextCache& cache_;
-  ServiceMetrics& metrics_;
-  std::chrono::system_clock::time_point start_time_;
+  ServiceParts parts_;
+  JobThreads jobs_;  // declared last: destroyed (waiting for running encodes) first
 };
 
 }  // namespace manyshot::server

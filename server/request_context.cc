@@ -8,7 +8,7 @@
 
 namespace manyshot::server {
 
-std::string TenantOf(const grpc::ServerContext* context) {
+std::string TenantOf(const grpc::ServerContextBase* context) {
   if (!AuthEnabled()) return "default";
   // Always from this call's own (already validated) token: properties that the auth processor adds
   // land on the connection's auth context, which calls of different tenants can share.
@@ -23,7 +23,7 @@ std::string TenantOf(const grpc::ServerContext* context) {
   return "";  // matches no tenant's tasks
 }
 
-std::string RequestId(grpc::ServerContext* context) {
+std::string RequestId(const grpc::ServerContextBase* context) {
   if (context != nullptr) {
     const auto& metadata = context->client_metadata();
     auto it = metadata.find("x-request-id");

@@ -9,9 +9,9 @@ namespace manyshot::server {
 
 // The tenant of the call's bearer token when auth is on (server/auth.h), or "default" when the
 // server runs without auth.
-std::string TenantOf(const grpc::ServerContext* context);
+std::string TenantOf(const grpc::ServerContextBase* context);
 
 // The caller's x-request-id metadata when present, else a fresh id; stable for the call.
-std::string RequestId(grpc::ServerContext* context);
+std::string RequestId(const grpc::ServerContextBase* context);
 
 }  // namespace manyshot::server

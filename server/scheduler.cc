@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
 
 namespace manyshot::server {
 namespace {
@@ -36,59 +37,62 @@ size_t Scheduler::queued_inputs() const {
   return queued_inputs_;
 }
 
-absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Classify(
-    std::shared_ptr<const TaskVersion> version, std::vector<Example> inputs,
-    const QueryOverrides& overrides, grpc::ServerContext* context) {
+void Scheduler::Classify(std::shared_ptr<const TaskVersion> version, std::vector<Example> inputs,
+                         const QueryOverrides& overrides, AbandonFlag abandoned,
+                         ClassifyDone done) {
   auto request = std::make_shared<Request>();
   request->version = std::move(version);
   request->weight = inputs.size();
   request->inputs = std::move(inputs);
   request->overrides = overrides;
-  return Submit(std::move(request), context);
+  request->abandoned = std::move(abandoned);
+  request->done = std::move(done);
+  Submit(std::move(request));
 }
 
-absl::Status Scheduler::Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
-                            grpc::ServerContext* context) {
+void Scheduler::Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
+                    AbandonFlag abandoned, Done done) {
   auto request = std::make_shared<Request>();
   request->version = std::move(version);
   request->weight = std::max<size_t>(1, weight);
   request->job = std::move(job);
-  return Submit(std::move(request), context).status();
+  request->abandoned = std::move(abandoned);
+  request->done = [done = std::move(done)](absl::StatusOr<std::vector<ClassifyResult>> result) {
+    done(result.status());
+  };
+  Submit(std::move(request));
 }
 
-absl::StatusOr<std::vector<ClassifyResult>> Scheduler::Submit(std::shared_ptr<Request> request,
-                                                              grpc::ServerContext* context) {
+void Scheduler::Submit(std::shared_ptr<Request> request) {
   request->key = absl::StrCat(request->version->tenant, "\n", request->version->task_id, "\n",
                               request->version->generation);
   request->enqueued = std::chrono::steady_clock::now();
-  auto future = request->done.get_future();
+  if (request->abandoned == nullptr) request->abandoned = NewAbandonFlag();
+  absl::Status refused;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (draining_) return absl::UnavailableError("the server is shutting down");
-    if (queued_inputs_ + request->weight > static_cast<size_t>(config_.max_queue_inputs)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the request queue is full (", queued_inputs_, " inputs waiting, --max_queue_inputs ",
-          config_.max_queue_inputs, "); retry with backoff"));
+    if (draining_) {
+      refused =
+          WithReason(absl::UnavailableError("the server is shutting down"), reason::kShuttingDown);
+    } else if (queued_inputs_ + request->weight > static_cast<size_t>(config_.max_queue_inputs)) {
+      refused = WithReason(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "the request queue is full (", queued_inputs_, " inputs waiting, --max_queue_inputs ",
+              config_.max_queue_inputs, "); retry with backoff")),
+          reason::kQueueFull);
+    } else {
+      auto& queue = pending_[request->key];
+      if (queue.empty()) round_robin_.push_back(request->key);
+      queue.push_back(request);
+      queued_inputs_ += request->weight;
+      if (hooks_.on_depth) hooks_.on_depth(queued_inputs_);
     }
-    auto& queue = pending_[request->key];
-    if (queue.empty()) round_robin_.push_back(request->key);
-    queue.push_back(request);
-    queued_inputs_ += request->weight;
-    if (hooks_.on_depth) hooks_.on_depth(queued_inputs_);
+  }
+  if (!refused.ok()) {
+    request->done(std::move(refused));  // outside the lock: `done` may submit again
+    return;
   }
   wake_.notify_one();
-  // Wait, watching for cancellation and the deadline: a request abandoned while queued is skipped
-  // by the worker, so it costs no compute.
-  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
-    if (context != nullptr && context->IsCancelled()) {
-      request->abandoned->store(true);
-      if (std::chrono::system_clock::now() >= context->deadline()) {
-        return absl::DeadlineExceededError("the deadline passed while the request was queued");
-      }
-      return absl::CancelledError("the call was cancelled while queued");
-    }
-  }
-  return future.get();
 }
 
 void Scheduler::WorkerLoop() {
@@ -155,7 +159,7 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - r->enqueued).count());
     }
     if (r->abandoned->load()) {
-      r->done.set_value(absl::CancelledError("cancelled while queued"));
+      r->done(absl::CancelledError("cancelled while queued"));
     } else {
       live.push_back(r);
     }
@@ -163,15 +167,15 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
   if (live.empty()) return;
   auto handle = registry_.Acquire(live.front()->version);
   if (!handle.ok()) {
-    for (auto& r : live) r->done.set_value(handle.status());
+    for (auto& r : live) r->done(handle.status());
     return;
   }
   if (live.front()->job) {
     absl::Status status = live.front()->job(*handle);
     if (status.ok()) {
-      live.front()->done.set_value(std::vector<ClassifyResult>{});
+      live.front()->done(std::vector<ClassifyResult>{});
     } else {
-      live.front()->done.set_value(status);
+      live.front()->done(status);
     }
     return;
   }
@@ -184,10 +188,10 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
     if (live.size() > 1) {
       for (auto& r : live) {
         auto alone = handle->task->Classify(handle->get(), r->inputs, r->overrides);
-        r->done.set_value(std::move(alone));
+        r->done(std::move(alone));
       }
     } else {
-      live.front()->done.set_value(results.status());
+      live.front()->done(results.status());
     }
     return;
   }
@@ -196,7 +200,7 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
     std::vector<ClassifyResult> mine(results->begin() + offset,
                                      results->begin() + offset + r->inputs.size());
     offset += r->inputs.size();
-    r->done.set_value(std::move(mine));
+    r->done(std::move(mine));
   }
 }
 

@@ -3,19 +3,20 @@
 // tasks with waiting work are served round-robin, so one busy task cannot starve the others. The
 // queue is bounded (RESOURCE_EXHAUSTED when full); a request cancelled or past its deadline while
 // queued is dropped without computing. One worker runs batches: each already uses every core.
+// Callers do not wait: each request carries a callback that the worker calls with its answer, so
+// the gRPC reactors hold no thread while their work is queued or running.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "grpcpp/server_context.h"
 #include "server/task_registry.h"
 
 namespace manyshot::server {
@@ -31,16 +32,25 @@ class Scheduler {
   Scheduler(TaskRegistry& registry, const ServerConfig& config, SchedulerHooks hooks);
   ~Scheduler();
 
+  // Set to true by the caller to abandon its request (the call was cancelled): if it is still
+  // queued, the worker drops it without computing.
+  using AbandonFlag = std::shared_ptr<std::atomic<bool>>;
+  static AbandonFlag NewAbandonFlag() { return std::make_shared<std::atomic<bool>>(false); }
+
+  // Every request is answered exactly once through its `done`: on the worker thread when it ran
+  // (or was dropped), or on the calling thread when it is refused at once (queue full, draining).
+  // `done` must be cheap: it runs on the one worker, between batches.
+  using ClassifyDone = std::function<void(absl::StatusOr<std::vector<ClassifyResult>>)>;
+  using Done = std::function<void(absl::Status)>;
+
   // Classifies `inputs` against `version` (batched with other requests for the same version and
   // overrides). Requests hold the version they resolved, so a replace never mixes two versions.
-  absl::StatusOr<std::vector<ClassifyResult>> Classify(std::shared_ptr<const TaskVersion> version,
-                                                       std::vector<Example> inputs,
-                                                       const QueryOverrides& overrides,
-                                                       grpc::ServerContext* context);
+  void Classify(std::shared_ptr<const TaskVersion> version, std::vector<Example> inputs,
+                const QueryOverrides& overrides, AbandonFlag abandoned, ClassifyDone done);
   // Runs `job` on the task alone (multi-choice scoring, generation), in queue order.
   using Job = std::function<absl::Status(TaskRegistry::Handle&)>;
-  absl::Status Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
-                   grpc::ServerContext* context);
+  void Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
+           AbandonFlag abandoned, Done done);
 
   // Stops accepting work; queued work still runs. Idempotent.
   void Drain();
@@ -55,11 +65,10 @@ class Scheduler {
     Job job;  // set for non-classification work
     size_t weight = 0;
     std::chrono::steady_clock::time_point enqueued;
-    std::shared_ptr<std::atomic<bool>> abandoned = std::make_shared<std::atomic<bool>>(false);
-    std::promise<absl::StatusOr<std::vector<ClassifyResult>>> done;
+    AbandonFlag abandoned;
+    ClassifyDone done;
   };
-  absl::StatusOr<std::vector<ClassifyResult>> Submit(std::shared_ptr<Request> request,
-                                                     grpc::ServerContext* context);
+  void Submit(std::shared_ptr<Request> request);
   void WorkerLoop();
   void RunBatch(std::vector<std::shared_ptr<Request>> batch);
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -78,6 +79,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& config) {
   std::unique_ptr<ServerApp> app(new ServerApp());
   app->config_ = config;
+  if (config.max_stream_inflight == 0 || config.max_server_inflight == 0) {
+    return absl::InvalidArgumentError(
+        "--max_stream_inflight and --max_server_inflight must be at least 1");
+  }
+  // Protobuf logs why it rejected a message (e.g. invalid UTF-8 in a field) to stderr, bypassing
+  // the log format; the service reports each bad request itself, so these are debug lines.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char*, int, const std::string& message) {
+        if (level == google::protobuf::LOGLEVEL_FATAL) {
+          spdlog::error("protobuf: {}", message);
+        } else {
+          spdlog::debug("protobuf: {}", message);
+        }
+      });
   // Security configuration first: a bad certificate or tokens file fails before any slow work.
   auto creds = MakeServerCredentials(config);
   if (!creds.ok()) return creds.status();

@@ -53,6 +53,11 @@ struct ServerConfig {
   uint32_t max_new_tokens = 256;
   uint32_t max_beam_width = 8;
   uint32_t max_tasks = 10000;
+  // Bounds on what clients can make the server hold (README "Limits"): StreamClassify requests
+  // being answered per stream and over all streams, and the bytes one CreateTask upload buffers.
+  uint32_t max_stream_inflight = 64;
+  uint32_t max_server_inflight = 1024;
+  uint64_t max_upload_bytes = 1ull << 30;
   uint32_t default_max_query_tokens = 128;
   uint32_t default_max_answer_tokens = 32;
 };

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "tests/integration/error_details.h"
 #include "tests/integration/server_under_test.h"
 #include "tests/integration/service_client.h"
 
@@ -538,18 +539,28 @@ TEST(BadRequestsTest, EveryBadRequestFailsWithItsCodeAndAnActionableMessage) {
                                            << " \"" << status.error_message() << "\"";
     EXPECT_NE(status.error_message().find(c.message), std::string::npos)
         << c.name << ": message \"" << status.error_message() << "\" lacks \"" << c.message << "\"";
+    // Every error carries the google.rpc details: a stable reason, and the field when invalid.
+    const ErrorDetails d = DetailsOf(status);
+    EXPECT_TRUE(d.present) << c.name;
+    EXPECT_EQ(d.code, static_cast<int>(c.code)) << c.name;
+    EXPECT_TRUE(IsUpperSnake(d.reason)) << c.name << ": reason \"" << d.reason << "\"";
+    EXPECT_EQ(d.domain, "manyshot.v1") << c.name;
+    if (c.code == StatusCode::INVALID_ARGUMENT) {
+      EXPECT_EQ(d.fields.size(), 1u) << c.name;
+    }
     ASSERT_TRUE(Alive(server)) << c.name << " killed the server\n" << server.Stderr();
   }
 
-  // Invalid UTF-8 in a proto3 string: gRPC's parser rejects the message before the service sees
-  // it, so the answer is INTERNAL with an empty message, not INVALID_ARGUMENT (fixing it needs a
-  // server interceptor in server_app.cc). Only require that it fails and the server survives.
+  // Invalid UTF-8 in a proto3 string: INVALID_ARGUMENT naming the field (wire_errors_test.cc has
+  // every method and stream).
   {
     grpc::ClientContext context;
     v1::ClassifyResponse response;
     const grpc::Status status =
         stub->Classify(&context, ClassifyRequestFor(kTask, {"bad \xff\xfe text"}), &response);
-    EXPECT_FALSE(status.ok());
+    EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("inputs[0].text is not valid UTF-8"), std::string::npos)
+        << status.error_message();
     ASSERT_TRUE(Alive(server)) << server.Stderr();
   }
 

@@ -129,9 +129,9 @@ TEST(ConcurrencyTest, StreamClassifySoakMatchesSequentialScores) {
           fail("stream " + std::to_string(s) + ": unknown request_id " + response.request_id());
           break;
         }
-        if (response.error_code() != 0) {
-          fail(response.request_id() + ": error " + std::to_string(response.error_code()) + " " +
-               response.error_message());
+        if (response.error().code() != 0) {
+          fail(response.request_id() + ": error " + std::to_string(response.error().code()) + " " +
+               response.error().message());
         } else if (response.results_size() != static_cast<int>(it->second.size())) {
           fail(response.request_id() + ": " + std::to_string(response.results_size()) + " results");
         } else {

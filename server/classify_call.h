@@ -1,0 +1,24 @@
+// One classification request from validation to response, shared by Classify and StreamClassify:
+// validates it, hands its inputs to the scheduler, and builds the response when the worker calls
+// back. Nothing waits: the caller gets the outcome through `done`.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "manyshot/v1/manyshot.pb.h"
+#include "server/scheduler.h"
+#include "server/service_parts.h"
+
+namespace manyshot::server {
+
+using ClassifyCallDone = std::function<void(absl::StatusOr<v1::ClassifyResponse>)>;
+
+// Calls `done` exactly once: on this thread when the request is invalid or refused, else on the
+// scheduler's worker. `abandoned` set while queued drops it (done gets CANCELLED).
+void StartClassify(ServiceParts& parts, const std::string& tenant,
+                   const v1::ClassifyRequest& request, Scheduler::AbandonFlag abandoned,
+                   ClassifyCallDone done);
+
+}  // namespace manyshot::server

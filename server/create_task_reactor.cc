@@ -1,0 +1,104 @@
+#include "server/create_task_reactor.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/request_context.h"
+#include "server/request_parser.h"
+#include "server/task_spec.h"
+
+namespace manyshot::server {
+
+CreateTaskReactor::CreateTaskReactor(ServiceParts& parts, JobThreads& jobs,
+                                     grpc::CallbackServerContext* context)
+    : parts_(parts), jobs_(jobs), context_(context), tenant_(TenantOf(context)) {
+  StartRead(&read_buffer_);
+}
+
+void CreateTaskReactor::Fail(const absl::Status& status) {
+  writes_.Finish(parts_.Record("CreateTask", context_, start_, first_.task_id(), ToGrpc(status)));
+}
+
+void CreateTaskReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    if (context_->IsCancelled()) return Fail(absl::CancelledError("cancelled during upload"));
+    if (messages_ == 0) {
+      return Fail(absl::InvalidArgumentError(
+          "CreateTask needs at least one message with task_id and spec"));
+    }
+    jobs_.Start([this] { Encode(); });
+    return;
+  }
+  if (auto s = Accept(); !s.ok()) return Fail(s);
+  if (std::chrono::steady_clock::now() - last_progress_ > std::chrono::milliseconds(500)) {
+    SendProgress(v1::CreateTaskProgress::PHASE_RECEIVING, 0, 0, 0);
+    last_progress_ = std::chrono::steady_clock::now();
+  }
+  StartRead(&read_buffer_);
+}
+
+absl::Status CreateTaskReactor::Accept() {
+  ++messages_;
+  bytes_ += read_buffer_.Length();
+  if (bytes_ > parts_.config.max_upload_bytes) {
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                          "the CreateTask upload exceeds --max_upload_bytes ",
+                          parts_.config.max_upload_bytes, " bytes (at message ", messages_, ")")),
+                      reason::kUploadTooLarge);
+  }
+  const std::string where = absl::StrCat("CreateTask message ", messages_, ": ");
+  if (messages_ == 1) {
+    if (auto s = ParseRequest(read_buffer_, first_, 0, where); !s.ok()) return s;
+    if (auto s = ValidateTaskId(first_.task_id()); !s.ok()) return s;
+    if (!first_.has_spec()) {
+      return InvalidFieldError("spec", "the first CreateTask message must carry spec");
+    }
+    demos_.Swap(first_.mutable_demonstrations());
+  } else {
+    v1::CreateTaskRequest more;
+    if (auto s = ParseRequest(read_buffer_, more, demos_.size(), where); !s.ok()) return s;
+    if (!more.task_id().empty() && more.task_id() != first_.task_id()) {
+      return InvalidFieldError("task_id",
+                               "every CreateTask message must carry the same task_id (or none)");
+    }
+    if (static_cast<uint64_t>(demos_.size() + more.demonstrations_size()) >
+        parts_.config.max_demonstrations) {
+      return InvalidFieldError("demonstrations",
+                               absl::StrCat("more than --max_demonstrations ",
+                                            parts_.config.max_demonstrations, " demonstrations"));
+    }
+    for (auto& d : *more.mutable_demonstrations()) demos_.Add(std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+void CreateTaskReactor::SendProgress(v1::CreateTaskProgress::Phase phase, int64_t done,
+                                     int64_t total, int64_t tokens) {
+  v1::CreateTaskResponse r;
+  auto* p = r.mutable_progress();
+  p->set_phase(phase);
+  p->set_demonstrations_received(static_cast<uint64_t>(demos_.size()));
+  p->set_groups_encoded(static_cast<uint64_t>(done));
+  p->set_groups_total(static_cast<uint64_t>(total));
+  p->set_tokens_encoded(static_cast<uint64_t>(tokens));
+  p->set_elapsed_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  writes_.Write(SerializeResponse(r));
+}
+
+void CreateTaskReactor::Encode() {
+  auto result = parts_.registry.Create(
+      tenant_, first_.task_id(), first_.spec(), demos_, first_.replace(),
+      [this](v1::CreateTaskProgress::Phase phase, int64_t done, int64_t total, int64_t tokens) {
+        SendProgress(phase, done, total, tokens);
+      });
+  if (!result.ok()) return Fail(result.status());
+  if (result->created) parts_.metrics.TokensEncoded(result->task.stats().context_tokens());
+  v1::CreateTaskResponse done;
+  *done.mutable_result()->mutable_task() = result->task;
+  done.mutable_result()->set_created(result->created);
+  done.mutable_result()->set_replaced(result->replaced);
+  writes_.Write(SerializeResponse(done));
+  writes_.Finish(parts_.Record("CreateTask", context_, start_, first_.task_id(), grpc::Status::OK));
+}
+
+}  // namespace manyshot::server

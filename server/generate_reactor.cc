@@ -1,0 +1,115 @@
+#include "server/generate_reactor.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/request_context.h"
+#include "server/request_parser.h"
+#include "server/task_spec.h"
+
+namespace manyshot::server {
+
+GenerateReactor::GenerateReactor(ServiceParts& parts, grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer& request)
+    : parts_(parts), context_(context) {
+  Start(request);
+}
+
+void GenerateReactor::End(const absl::Status& status) {
+  writes_.Finish(parts_.Record("Generate", context_, start_, task_id_, ToGrpc(status)));
+}
+
+void GenerateReactor::Emit(int32_t token, double logprob) {
+  emitted_.push_back(token);
+  auto text = parts_.model->tokenizer->Decode(emitted_);
+  std::string full = text.ok() ? *text : std::string();
+  v1::GenerateResponse r;
+  r.mutable_token()->set_token_id(token);
+  r.mutable_token()->set_logprob(logprob);
+  if (full.size() >= emitted_text_.size() &&
+      full.compare(0, emitted_text_.size(), emitted_text_) == 0 &&
+      full.find("\xEF\xBF\xBD", emitted_text_.size()) == std::string::npos) {
+    r.mutable_token()->set_text(full.substr(emitted_text_.size()));
+    emitted_text_ = full;
+  }
+  writes_.Write(SerializeResponse(r));
+}
+
+void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
+  v1::GenerateRequest request;
+  if (auto s = ParseRequest(buffer, request); !s.ok()) return End(s);
+  task_id_ = request.task_id();
+  const ServerConfig& config = parts_.config;
+  auto input = ToExample(request.input(), config, "input");
+  if (!input.ok()) return End(input.status());
+  const auto& o = request.options();
+  GenerationParams params;
+  params.beam_search = o.strategy() == v1::DECODING_STRATEGY_BEAM;
+  params.beam_width = o.beam_width() ? static_cast<int>(o.beam_width()) : 3;
+  params.length_penalty = o.has_length_penalty() ? o.length_penalty() : 0.6;
+  params.max_new_tokens = o.max_new_tokens() ? static_cast<int>(o.max_new_tokens()) : 30;
+  if (params.max_new_tokens > static_cast<int>(config.max_new_tokens)) {
+    return End(absl::InvalidArgumentError(
+        absl::StrCat("options.max_new_tokens ", params.max_new_tokens,
+                     " is more than --max_new_tokens ", config.max_new_tokens)));
+  }
+  if (params.beam_search &&
+      (params.beam_width < 1 || params.beam_width > static_cast<int>(config.max_beam_width))) {
+    return End(absl::InvalidArgumentError(
+        absl::StrCat("options.beam_width must be 1 to --max_beam_width ", config.max_beam_width)));
+  }
+  if (!std::isfinite(params.length_penalty)) {
+    return End(absl::InvalidArgumentError("options.length_penalty must be a finite number"));
+  }
+  for (const auto& s : o.stop()) {
+    if (s.empty()) return End(absl::InvalidArgumentError("options.stop has an empty string"));
+    params.stop.push_back(s);
+  }
+  if (!o.has_stop_at_eos() || o.stop_at_eos()) params.eos_id = parts_.model->tokenizer->eos_id();
+  auto overrides = ToOverrides(o.query());
+  if (!overrides.ok()) return End(overrides.status());
+  const bool beam = params.beam_search;
+  if (!beam) params.on_token = [this](int32_t token, double logprob) { Emit(token, logprob); };
+  params.cancelled = [this] { return context_->IsCancelled(); };
+  auto version = parts_.registry.Resolve(TenantOf(context_), task_id_);
+  if (!version.ok()) return End(version.status());
+  auto output = std::make_shared<GenerationOutput>();
+  parts_.scheduler.Run(
+      *std::move(version), 1,
+      [output, input = *std::move(input), params = std::move(params),
+       overrides = *overrides](TaskRegistry::Handle& handle) -> absl::Status {
+        auto out = handle.task->Generate(handle.get(), input, params, overrides);
+        if (!out.ok()) return out.status();
+        *output = *std::move(out);
+        return absl::OkStatus();
+      },
+      abandoned_,
+      [this, output, beam](absl::Status status) {
+        if (!status.ok()) return End(status);
+        if (beam) {
+          for (int32_t t : output->tokens) Emit(t, 0.0);
+        }
+        parts_.metrics.TokensGenerated(output->tokens.size());
+        auto text = parts_.model->tokenizer->Decode(output->tokens);
+        std::string full = text.ok() ? *text : std::string();
+        if (output->reason == FinishReason::kStopString && !output->stop_string.empty() &&
+            full.size() >= output->stop_string.size()) {
+          full.resize(full.size() - output->stop_string.size());
+        }
+        v1::GenerateResponse last;
+        auto* result = last.mutable_result();
+        result->set_text(full);
+        for (int32_t t : output->tokens) result->add_token_ids(t);
+        result->set_finish_reason(output->reason == FinishReason::kEos ? v1::FINISH_REASON_EOS
+                                  : output->reason == FinishReason::kStopString
+                                      ? v1::FINISH_REASON_STOP_STRING
+                                      : v1::FINISH_REASON_MAX_TOKENS);
+        result->set_sum_logprob(output->sum_logprob);
+        result->set_score(output->score);
+        writes_.Write(SerializeResponse(last));
+        End(absl::OkStatus());
+      });
+}
+
+}  // namespace manyshot::server

@@ -1,0 +1,39 @@
+// What the ManyShot service's call handlers (server/*_reactor.*, server/manyshot_service.*) share:
+// the configuration, model, registry, scheduler, cache and metrics, the server-wide bound on
+// in-flight StreamClassify requests, and the one place a finished call is counted and logged.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/status.h"
+#include "server/model_loader.h"
+#include "server/scheduler.h"
+#include "server/server_config.h"
+#include "server/service_metrics.h"
+#include "server/task_registry.h"
+
+namespace manyshot::server {
+
+struct ServiceParts {
+  // Everything referenced outlives the service and every call.
+  const ServerConfig& config;
+  std::shared_ptr<const LoadedModel> model;
+  TaskRegistry& registry;
+  Scheduler& scheduler;
+  ContextCache& cache;
+  ServiceMetrics& metrics;
+  std::chrono::system_clock::time_point start_time = std::chrono::system_clock::now();
+  // StreamClassify requests being answered on all streams (--max_server_inflight).
+  std::atomic<uint64_t> stream_inflight{0};
+
+  // Counts, times and logs one finished call (or StreamClassify request); returns `status`.
+  grpc::Status Record(const char* method, const grpc::ServerContextBase* context,
+                      std::chrono::steady_clock::time_point start, const std::string& task_id,
+                      grpc::Status status);
+};
+
+}  // namespace manyshot::server
