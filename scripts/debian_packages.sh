@@ -13,6 +13,8 @@ build=(
   libspdlog-dev prometheus-cpp-dev libabsl-dev libopenblas-dev nlohmann-json3-dev
   # checksums for the KV blob format; SHA-256 and constant-time compares for bearer tokens
   libxxhash-dev libssl-dev
+  # the google.rpc error-model protos (status, error details), compiled by proto/CMakeLists.txt
+  golang-github-gogo-googleapis-dev
 )
 runtime=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 libssl3
