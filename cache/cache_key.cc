@@ -62,12 +62,15 @@ std::string ComputeCacheKey(const CacheKeyInputs& in) {
   c.U64(static_cast<uint64_t>(in.long_demonstrations));
   c.Tag("kv_dtype");
   c.U64(static_cast<uint64_t>(in.kv_dtype));
+  c.Tag("sharing_scope");
+  c.Str(in.sharing_scope);
   const XXH128_hash_t h = XXH3_128bits(c.bytes().data(), c.bytes().size());
   return absl::StrFormat("%016x%016x", h.high64, h.low64);
 }
 
 CacheKeyInputs KeyInputsForTask(const Transformer& model, const Tokenizer& tokenizer,
-                                const IclTask& task, DType kv_dtype) {
+                                const IclTask& task, DType kv_dtype,
+                                const std::string& sharing_scope) {
   CacheKeyInputs in;
   in.model_fingerprint = model.fingerprint();
   in.tokenizer_fingerprint = tokenizer.fingerprint();
@@ -81,12 +84,13 @@ CacheKeyInputs KeyInputsForTask(const Transformer& model, const Tokenizer& token
   in.alignment = o.alignment;
   in.long_demonstrations = o.long_demonstrations;
   in.kv_dtype = kv_dtype;
+  in.sharing_scope = sharing_scope;
   return in;
 }
 
 std::string CacheKeyForTask(const Transformer& model, const Tokenizer& tokenizer,
-                            const IclTask& task, DType kv_dtype) {
-  return ComputeCacheKey(KeyInputsForTask(model, tokenizer, task, kv_dtype));
+                            const IclTask& task, DType kv_dtype, const std::string& sharing_scope) {
+  return ComputeCacheKey(KeyInputsForTask(model, tokenizer, task, kv_dtype, sharing_scope));
 }
 
 }  // namespace manyshot

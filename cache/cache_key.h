@@ -35,6 +35,10 @@ struct CacheKeyInputs {
   Alignment alignment = Alignment::kTruncate;
   LongDemonstrationPolicy long_demonstrations = LongDemonstrationPolicy::kReject;
   DType kv_dtype = DType::kF32;  // the storage dtype: a bf16 entry is not an f32 entry
+  // Who may share the entry: the tenant, so that one tenant can never tell from timings, stats or
+  // freed bytes that another registered the same demonstrations; "" when the server is told to
+  // share KV across tenants (--share_kv_across_tenants).
+  std::string sharing_scope;
 };
 
 // 32 lowercase hex digits of XXH3_128 over the canonical serialization of `inputs`.
@@ -42,10 +46,12 @@ std::string ComputeCacheKey(const CacheKeyInputs& inputs);
 
 // The inputs of a prepared task (its demonstrations in packing order, its options).
 CacheKeyInputs KeyInputsForTask(const Transformer& model, const Tokenizer& tokenizer,
-                                const IclTask& task, DType kv_dtype);
+                                const IclTask& task, DType kv_dtype,
+                                const std::string& sharing_scope = "");
 
 // Convenience: ComputeCacheKey(KeyInputsForTask(...)).
 std::string CacheKeyForTask(const Transformer& model, const Tokenizer& tokenizer,
-                            const IclTask& task, DType kv_dtype);
+                            const IclTask& task, DType kv_dtype,
+                            const std::string& sharing_scope = "");
 
 }  // namespace manyshot

@@ -67,6 +67,9 @@ ABSL_FLAG(uint64_t, host_memory_budget_bytes, 16ull << 30,
 ABSL_FLAG(uint64_t, disk_budget_bytes, 0,
           "Byte budget of KV blobs in RocksDB; 0 = unlimited (LRU eviction; specs stay)");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV storage type in memory and on disk: f32, bf16, f16");
+ABSL_FLAG(bool, share_kv_across_tenants, false,
+          "Let tenants' tasks with identical content share one KV entry (saves encodes and memory, "
+          "but a tenant can then tell that another registered the same demonstrations)");
 ABSL_FLAG(bool, eager_restore, false,
           "Load every task's KV from RocksDB at startup instead of on first use");
 ABSL_FLAG(int, batch_window_ms, 2, "How long a batch waits for more requests of the same task");
@@ -122,6 +125,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  config.share_kv_across_tenants = absl::GetFlag(FLAGS_share_kv_across_tenants);
   config.eager_restore = absl::GetFlag(FLAGS_eager_restore);
   config.batch_window_ms = absl::GetFlag(FLAGS_batch_window_ms);
   config.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);

@@ -35,6 +35,8 @@ struct ServerConfig {
   uint64_t gpu_memory_budget_bytes = 8ull << 30;    // the memory tier on the CUDA backend (GPU)
   uint64_t host_memory_budget_bytes = 16ull << 30;  // pinned host tier below it (CUDA only)
   uint64_t disk_budget_bytes = 0;                   // 0 = unlimited
+  // Tasks of different tenants with identical content share one KV entry (off: per tenant).
+  bool share_kv_across_tenants = false;
   std::string kv_dtype = "f32";  // f32, bf16 or f16 (storage on disk and in memory)
   bool eager_restore = false;    // load every task's KV at startup instead of on first use
 

@@ -250,8 +250,11 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   version->record.task_id = RecordId(tenant, task_id);
   version->record.tenant = tenant;
   version->record.content_hash = hash;
+  // Per tenant unless the operator opted into sharing (README, Security): a shared entry lets one
+  // tenant see from encode time and freed bytes that another registered the same content.
   version->record.kv_key =
-      CacheKeyForTask(*model_.transformer, *model_.tokenizer, *task, cache_.storage_dtype());
+      CacheKeyForTask(*model_.transformer, *model_.tokenizer, *task, cache_.storage_dtype(),
+                      config_.share_kv_across_tenants ? std::string() : tenant);
   version->record.created_unix_micros = now;
 
   double encode_seconds = 0;
@@ -296,6 +299,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
 }
 
 absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
+  if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
   Entry entry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -332,6 +336,7 @@ std::vector<v1::Task> TaskRegistry::List(const std::string& tenant, const std::s
 
 absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
                                               const std::string& task_id) {
+  if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
   const std::string key = Key(tenant, task_id);
   Entry entry;
   {
@@ -373,6 +378,7 @@ absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
 
 absl::StatusOr<std::shared_ptr<const TaskVersion>> TaskRegistry::Resolve(
     const std::string& tenant, const std::string& task_id) const {
+  if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(Key(tenant, task_id));
   if (it == entries_.end() || it->second.deleting) {

@@ -48,6 +48,7 @@ TEST(CacheKeyTest, EveryInputChangesTheKey) {
       [](auto& in) { in.alignment = Alignment::kAttentionMask; },
       [](auto& in) { in.long_demonstrations = LongDemonstrationPolicy::kTruncate; },
       [](auto& in) { in.kv_dtype = DType::kBF16; },
+      [](auto& in) { in.sharing_scope = "tenant-b"; },
       // Length prefixes: moving a character between adjacent fields is a change.
       [](auto& in) {
         in.answer_template = " {label}\n";

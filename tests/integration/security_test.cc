@@ -165,6 +165,51 @@ TEST(SecurityTest, BearerTokensAndTenantIsolation) {
   }
 }
 
+// Tenants never share KV by default: the same demonstrations registered by two tenants are
+// encoded twice, and deleting one tenant's task frees its own bytes. --share_kv_across_tenants
+// opts into sharing (one encode; the first delete frees nothing while the other holds it).
+TEST(SecurityTest, TenantsShareKvOnlyWhenTheOperatorSaysSo) {
+  for (bool share : {false, true}) {
+    SCOPED_TRACE(share ? "--share_kv_across_tenants" : "default");
+    TempDir dir;
+    WriteText(dir.path() / "tokens", "token-a tenant-a\ntoken-b tenant-b\n");
+    std::vector<std::string> flags = {"--auth_tokens_file=" + (dir.path() / "tokens").string()};
+    if (share) flags.push_back("--share_kv_across_tenants");
+    ServerUnderTest server(dir.path() / "data", flags);
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    auto a = v1::ManyShot::NewStub(ChannelWithAuth(server.address(), "Bearer token-a"));
+    auto b = v1::ManyShot::NewStub(ChannelWithAuth(server.address(), "Bearer token-b"));
+    auto created_a = CreateTask(*a, "same", Sst2Spec(), Sst2Demonstrations());
+    ASSERT_TRUE(created_a.status.ok()) << created_a.status.error_message();
+    auto created_b = CreateTask(*b, "same", Sst2Spec(), Sst2Demonstrations());
+    ASSERT_TRUE(created_b.status.ok()) << created_b.status.error_message();
+    EXPECT_GT(created_a.result.task().stats().encode_seconds(), 0);
+    if (share) {
+      EXPECT_EQ(created_b.result.task().stats().encode_seconds(), 0);
+    } else {
+      EXPECT_GT(created_b.result.task().stats().encode_seconds(), 0);
+    }
+
+    grpc::ClientContext cc;
+    v1::DeleteTaskRequest request;
+    request.set_task_id("same");
+    v1::DeleteTaskResponse deleted;
+    ASSERT_TRUE(a->DeleteTask(&cc, request, &deleted).ok());
+    if (share) {
+      EXPECT_EQ(deleted.freed_bytes(), 0u);
+    } else {
+      EXPECT_GT(deleted.freed_bytes(), 0u);
+    }
+    // B's task is untouched either way.
+    grpc::ClientContext cc_b;
+    v1::ClassifyResponse classified;
+    grpc::Status s =
+        b->Classify(&cc_b, ClassifyRequestFor("same", {"a delightful film"}), &classified);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(classified.results_size(), 1);
+  }
+}
+
 // Everything in the data directory is private to the server's user, including what an older
 // server left world-readable; a tokens file other users can read is warned about.
 TEST(SecurityTest, DataDirectoryIsPrivateAndReadableTokensFilesAreWarnedAbout) {
