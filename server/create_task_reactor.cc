@@ -56,6 +56,11 @@ absl::Status CreateTaskReactor::Accept() {
   } else {
     v1::CreateTaskRequest more;
     if (auto s = ParseRequest(read_buffer_, more, demos_.size(), where); !s.ok()) return s;
+    if (more.has_spec()) {
+      return InvalidFieldError("spec", absl::StrCat("CreateTask message ", messages_,
+                                                    " carries a second spec: only the first "
+                                                    "message may (later ones add demonstrations)"));
+    }
     if (!more.task_id().empty() && more.task_id() != first_.task_id()) {
       return InvalidFieldError("task_id",
                                "every CreateTask message must carry the same task_id (or none)");

@@ -45,6 +45,12 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
   if (!input.ok()) return End(input.status());
   const auto& o = request.options();
   GenerationParams params;
+  if (o.strategy() != v1::DECODING_STRATEGY_UNSPECIFIED &&
+      o.strategy() != v1::DECODING_STRATEGY_GREEDY && o.strategy() != v1::DECODING_STRATEGY_BEAM) {
+    return End(
+        absl::InvalidArgumentError(absl::StrCat("options.strategy ", static_cast<int>(o.strategy()),
+                                                " is not a known strategy (GREEDY, BEAM)")));
+  }
   params.beam_search = o.strategy() == v1::DECODING_STRATEGY_BEAM;
   params.beam_width = o.beam_width() ? static_cast<int>(o.beam_width()) : 3;
   params.length_penalty = o.has_length_penalty() ? o.length_penalty() : 0.6;
@@ -59,8 +65,12 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
     return End(absl::InvalidArgumentError(
         absl::StrCat("options.beam_width must be 1 to --max_beam_width ", config.max_beam_width)));
   }
-  if (!std::isfinite(params.length_penalty)) {
-    return End(absl::InvalidArgumentError("options.length_penalty must be a finite number"));
+  // sum_logprob / length^length_penalty must stay finite for every length up to
+  // --max_new_tokens (a beam ranked by an infinite or zero divisor is ranked by nothing).
+  if (!std::isfinite(params.length_penalty) || std::abs(params.length_penalty) > 10) {
+    return End(absl::InvalidArgumentError(
+        absl::StrCat("options.length_penalty must be a finite number from -10 to 10 (got ",
+                     params.length_penalty, ")")));
   }
   for (const auto& s : o.stop()) {
     if (s.empty()) return End(absl::InvalidArgumentError("options.stop has an empty string"));

@@ -1,10 +1,35 @@
 #include "server/service_parts.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
+namespace {
+
+// Client-supplied text in a log line: control characters escaped (a newline in a task id must not
+// forge a second line in text logs) and the length bounded (ids are validated after logging).
+std::string LogSafe(const std::string& text, size_t max_bytes) {
+  std::string out;
+  const size_t n = std::min(text.size(), max_bytes);
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (text.size() > max_bytes) absl::StrAppend(&out, "...(", text.size(), " bytes)");
+  return out;
+}
+
+}  // namespace
 
 grpc::Status ServiceParts::Record(const char* method, const grpc::ServerContextBase* context,
                                   std::chrono::steady_clock::time_point start,
@@ -15,11 +40,12 @@ grpc::Status ServiceParts::Record(const char* method, const grpc::ServerContextB
   metrics.Request(method, code, seconds);
   const std::string id = RequestId(context);
   if (status.ok()) {
-    spdlog::info("request_id={} method={} task={} code=OK seconds={:.6f}", id, method, task_id,
-                 seconds);
+    spdlog::info("request_id={} method={} task={} code=OK seconds={:.6f}", LogSafe(id, 128), method,
+                 LogSafe(task_id, 128), seconds);
   } else {
-    spdlog::warn("request_id={} method={} task={} code={} seconds={:.6f} error={}", id, method,
-                 task_id, code, seconds, status.error_message());
+    spdlog::warn("request_id={} method={} task={} code={} seconds={:.6f} error={}",
+                 LogSafe(id, 128), method, LogSafe(task_id, 128), code, seconds,
+                 LogSafe(status.error_message(), 2048));
   }
   return status;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -68,13 +69,19 @@ absl::Status CheckKvDtype(v1::KvDtype requested, const ServerConfig& config) {
 }  // namespace
 
 absl::Status ValidateTaskId(const std::string& task_id) {
+  // Checked before a task id is used or echoed: messages name the offending byte, never repeat
+  // unbounded or control characters back (they would forge log lines or overflow metadata).
   if (task_id.empty() || task_id.size() > 128) {
-    return absl::InvalidArgumentError("task_id must be 1 to 128 characters");
+    return absl::InvalidArgumentError(
+        absl::StrCat("task_id must be 1 to 128 characters (got ", task_id.size(), " bytes)"));
   }
-  for (char c : task_id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "task_id \"", task_id, "\" may only contain letters, digits, '.', '_' and '-'"));
+  for (size_t i = 0; i < task_id.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(task_id[i]);
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("task_id may only contain letters, digits, '.', '_' and '-' (byte 0x%02x "
+                          "at offset %d)",
+                          c, i));
     }
   }
   return absl::OkStatus();
@@ -149,6 +156,7 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
   if (auto s = CheckKvDtype(spec.kv_dtype(), config); !s.ok()) return s;
   o.calibrate = spec.calibrate();
   if (spec.has_calibration_text()) o.calibration_text = spec.calibration_text();
+  o.max_rendered_bytes = config.max_input_bytes;
   o.max_query_tokens =
       spec.max_query_tokens() ? spec.max_query_tokens() : config.default_max_query_tokens;
   o.max_answer_tokens =

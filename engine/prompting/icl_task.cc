@@ -76,7 +76,8 @@ absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
   task->demo_tokens_.reserve(demonstrations.size());
   for (size_t i = 0; i < demonstrations.size(); ++i) {
     const Example& d = demonstrations[i];
-    auto rendered_input = task->input_template_.Render(d.text, d.fields);
+    auto rendered_input =
+        task->input_template_.Render(d.text, d.fields, task->options_.max_rendered_bytes);
     if (!rendered_input.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("demonstration ", i, ": ", rendered_input.status().message()));
@@ -168,7 +169,7 @@ absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolv
 
 absl::StatusOr<std::vector<int32_t>> IclTask::QueryTokens(const Example& input,
                                                           std::string* text) const {
-  auto rendered = input_template_.Render(input.text, input.fields);
+  auto rendered = input_template_.Render(input.text, input.fields, options_.max_rendered_bytes);
   if (!rendered.ok()) return rendered.status();
   auto tokens = tokenizer_.Encode(*rendered);
   if (!tokens.ok()) return tokens.status();

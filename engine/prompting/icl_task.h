@@ -39,6 +39,9 @@ struct TaskOptions {
   std::string calibration_text = "N/A";
   int64_t max_query_tokens = 128;
   int64_t max_answer_tokens = 32;
+  // Most bytes a rendered input may have (a demonstration's or a query's input template filled
+  // in), checked before rendering; the server passes --max_input_bytes.
+  size_t max_rendered_bytes = 64 * 1024;
 };
 
 // A demonstration or a query input. `label` is the answer text (demonstrations only).

@@ -58,25 +58,40 @@ absl::StatusOr<PromptTemplate> PromptTemplate::Parse(const std::string& text,
   return t;
 }
 
-absl::StatusOr<std::string> PromptTemplate::Render(
-    const std::string& text, const std::map<std::string, std::string>& fields) const {
-  std::string out;
+const std::string* PromptTemplate::ValueOf(const Piece& piece, const std::string& text,
+                                           const std::map<std::string, std::string>& fields) const {
+  auto it = fields.find(piece.value);
+  if (it != fields.end()) return &it->second;
+  return placeholders_.size() == 1 ? &text : nullptr;
+}
+
+absl::StatusOr<std::string> PromptTemplate::Render(const std::string& text,
+                                                   const std::map<std::string, std::string>& fields,
+                                                   size_t max_bytes) const {
+  size_t size = 0, substitutions = 0;
   for (const Piece& piece : pieces_) {
     if (!piece.placeholder) {
-      out += piece.value;
+      size += piece.value.size();
       continue;
     }
-    auto it = fields.find(piece.value);
-    if (it != fields.end()) {
-      out += it->second;
-    } else if (placeholders_.size() == 1) {
-      out += text;
-    } else {
+    const std::string* value = ValueOf(piece, text, fields);
+    if (value == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(what_, " needs a value for placeholder {",
                                                      piece.value, "}: set fields[\"", piece.value,
                                                      "\"]"));
     }
+    size += value->size();
+    ++substitutions;
   }
+  if (size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what_, " filled with this input would have ", size, " bytes (", substitutions,
+        " substitutions), more than the limit of ", max_bytes, " bytes (--max_input_bytes)"));
+  }
+  std::string out;
+  out.reserve(size);
+  for (const Piece& piece : pieces_)
+    out += piece.placeholder ? *ValueOf(piece, text, fields) : piece.value;
   return out;
 }
 

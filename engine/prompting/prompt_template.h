@@ -1,6 +1,8 @@
 // Prompt templates: text with {name} placeholders ("{{" and "}}" are literal braces).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,14 +22,21 @@ class PromptTemplate {
 
   // Fills the placeholders: `fields[name]`, or `text` when the template has exactly one
   // placeholder and `fields` lacks it. A missing value is INVALID_ARGUMENT naming the placeholder.
+  // A result longer than `max_bytes` is INVALID_ARGUMENT, found before anything is built: a
+  // template may repeat a placeholder thousands of times, and rendering and tokenizing that for
+  // every query is work a request must not be able to cause.
   absl::StatusOr<std::string> Render(const std::string& text,
-                                     const std::map<std::string, std::string>& fields) const;
+                                     const std::map<std::string, std::string>& fields,
+                                     size_t max_bytes = SIZE_MAX) const;
 
  private:
   struct Piece {
     bool placeholder;
     std::string value;  // literal text or placeholder name
   };
+  // The value of a placeholder piece, or nullptr when there is none (an error for Render).
+  const std::string* ValueOf(const Piece& piece, const std::string& text,
+                             const std::map<std::string, std::string>& fields) const;
   std::string what_;
   std::vector<Piece> pieces_;
   std::vector<std::string> placeholders_;

@@ -45,7 +45,8 @@ class Tokenizer {
   virtual std::optional<int32_t> eos_id() const = 0;  // GPT-2: 50256; Llama: </s> 2
   // The id of a single space as a token (GPT-2: "Ġ" 220; Llama: "▁" 29871), to pad groups.
   virtual std::optional<int32_t> space_id() const = 0;
-  // FNV-1a 64 over the defining files (name, size, bytes, in a fixed order), 16 hex digits.
+  // XXH3-64 (StableHash) over the defining files (name, size, bytes, in a fixed order), 16 hex
+  // digits.
   // Stable across runs, machines and builds: it is part of KV cache keys.
   virtual std::string fingerprint() const = 0;
   // "bpe-bytelevel", "bpe-sentencepiece" or "sentencepiece-model".

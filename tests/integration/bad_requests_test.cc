@@ -128,6 +128,21 @@ std::vector<BadRequest> Cases() {
   add(
       "create_task_id_with_slash", [](auto& s) { return CreateWith(s, "a/b", [](auto&) {}); },
       StatusCode::INVALID_ARGUMENT, "may only contain letters, digits");
+  // Ids are checked before use and never echoed: a 1 MiB id gets a short message, a newline in an
+  // id is named by its byte (and escaped in the request log line, checked below).
+  const auto get_task = [](const std::string& id) {
+    return [id](v1::ManyShot::Stub& s) {
+      grpc::ClientContext context;
+      v1::GetTaskRequest request;
+      request.set_task_id(id);
+      v1::Task task;
+      return s.GetTask(&context, request, &task);
+    };
+  };
+  add("get_task_id_of_1_mib", get_task(std::string(1 << 20, 'x')), StatusCode::INVALID_ARGUMENT,
+      "task_id must be 1 to 128 characters (got 1048576 bytes)");
+  add("get_task_id_with_a_newline", get_task("t\nforged log line"), StatusCode::INVALID_ARGUMENT,
+      "(byte 0x0a at offset 1)");
   add(
       "create_task_id_200_chars",
       [](auto& s) { return CreateWith(s, std::string(200, 'x'), [](auto&) {}); },
@@ -477,6 +492,45 @@ std::vector<BadRequest> Cases() {
       },
       StatusCode::INVALID_ARGUMENT, "options.length_penalty");
   add(
+      "generate_huge_length_penalty",
+      [](auto& s) {
+        return GenerateWith(s, [](auto& r) {
+          r.mutable_options()->set_strategy(v1::DECODING_STRATEGY_BEAM);
+          r.mutable_options()->set_length_penalty(400);
+        });
+      },
+      StatusCode::INVALID_ARGUMENT,
+      "options.length_penalty must be a finite number from -10 to 10");
+  add(
+      "generate_unknown_strategy",
+      [](auto& s) {
+        return GenerateWith(s, [](auto& r) {
+          r.mutable_options()->set_strategy(static_cast<v1::DecodingStrategy>(9));
+        });
+      },
+      StatusCode::INVALID_ARGUMENT, "options.strategy 9 is not a known strategy");
+  add(
+      "create_second_spec",
+      [](auto& s) {
+        grpc::ClientContext context;
+        auto stream = s.CreateTask(&context);
+        v1::CreateTaskRequest first;
+        first.set_task_id("second-spec");
+        *first.mutable_spec() = Sst2Spec(32);
+        for (const auto& d : Sst2Demonstrations(2)) *first.add_demonstrations() = d;
+        v1::CreateTaskRequest second;
+        *second.mutable_spec() = Sst2Spec(48);
+        for (const auto& d : Sst2Demonstrations(2)) *second.add_demonstrations() = d;
+        stream->Write(first);
+        stream->Write(second);
+        stream->WritesDone();
+        v1::CreateTaskResponse response;
+        while (stream->Read(&response)) {
+        }
+        return stream->Finish();
+      },
+      StatusCode::INVALID_ARGUMENT, "carries a second spec");
+  add(
       "generate_unknown_task",
       [](auto& s) { return GenerateWith(s, [](auto& r) { r.set_task_id("nope"); }); },
       StatusCode::NOT_FOUND, "\"nope\"");
@@ -548,8 +602,13 @@ TEST(BadRequestsTest, EveryBadRequestFailsWithItsCodeAndAnActionableMessage) {
     if (c.code == StatusCode::INVALID_ARGUMENT) {
       EXPECT_EQ(d.fields.size(), 1u) << c.name;
     }
+    EXPECT_LT(status.error_message().size(), 2000u) << c.name << ": unbounded message";
     ASSERT_TRUE(Alive(server)) << c.name << " killed the server\n" << server.Stderr();
   }
+
+  // The request log escapes control characters: no line of the log starts with the forged text.
+  EXPECT_EQ(server.Stderr().find("\nforged log line"), std::string::npos) << server.Stderr();
+  EXPECT_NE(server.Stderr().find("task=t\\x0aforged log line"), std::string::npos);
 
   // Invalid UTF-8 in a proto3 string: INVALID_ARGUMENT naming the field (wire_errors_test.cc has
   // every method and stream).

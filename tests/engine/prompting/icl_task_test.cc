@@ -251,6 +251,27 @@ TEST(IclTaskTest, BadTasksAndQueriesAreClearErrors) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A template that repeats its placeholder is refused per input before anything is rendered or
+// tokenized, by the rendered size, for demonstrations and queries alike.
+TEST(IclTaskTest, RenderedInputsAreBoundedBeforeRendering) {
+  TaskOptions o = Sst2Options();
+  o.max_rendered_bytes = 2000;
+  o.group_length = 0;  // room for demonstrations rendered twice
+  o.input_template = "{text} | Sentence: {text}\nLabel:";
+  auto task = PreparedSst2(o);
+  EXPECT_TRUE(task.Classify({{"a delightful film", {}, ""}}).ok());
+  const std::string input(1200, 'a');  // alone within the limit, twice not
+  auto refused = task.Classify({{input, {}, ""}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("(2 substitutions), more than the limit of 2000 bytes"));
+  std::vector<Example> long_demonstrations = Sst2Demonstrations();
+  long_demonstrations[2].text = input;
+  auto refused_task =
+      IclTask::Prepare(GoldenModel("gpt2"), Gpt2Tokenizer(), o, long_demonstrations);
+  EXPECT_THAT(std::string(refused_task.status().message()), HasSubstr("more than the limit"));
+}
+
 }  // namespace
 }  // namespace manyshot::testing
 
