@@ -51,6 +51,7 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
   }
   std::vector<Example> inputs;
   inputs.reserve(static_cast<size_t>(request.inputs_size()));
+  const size_t inputs_weight = static_cast<size_t>(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     auto e = ToExample(request.inputs(i), config, absl::StrCat("inputs[", i, "]"));
     if (!e.ok()) return done(e.status());
@@ -65,18 +66,37 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
   if ((*version)->stored.spec().labels_size() == 0) {
     return done(absl::FailedPreconditionError("the task has no labels; use Score with candidates"));
   }
-  ServiceMetrics& metrics = parts.metrics;
-  std::shared_ptr<const TaskVersion> held = *version;
-  parts.scheduler.Classify(
-      std::move(held), std::move(inputs), *overrides, std::move(abandoned),
-      [&metrics, version = *std::move(version), request_id = request.request_id(),
-       done = std::move(done)](absl::StatusOr<std::vector<ClassifyResult>> results) {
-        if (!results.ok()) return done(results.status());
-        metrics.InputsClassified(results->size());
-        auto response = ToResponse(version->stored.spec(), request_id, *results);
-        if (!response.ok()) return done(response.status());
-        done(*std::move(response));
-      });
+  // Rendering and tokenizing run on the preparation pool, never on the engine's worker; the
+  // prepared request then joins the engine queue.
+  std::shared_ptr<const TaskVersion> held = *std::move(version);
+  auto shared_done = std::make_shared<ClassifyCallDone>(std::move(done));
+  auto work = [&parts, held, inputs = std::move(inputs), overrides = *overrides, abandoned,
+               request_id = request.request_id(), shared_done]() mutable {
+    ClassifyCallDone& finish = *shared_done;
+    if (abandoned != nullptr && abandoned->load()) {
+      return finish(absl::CancelledError("cancelled while queued"));
+    }
+    auto task = parts.registry.EngineTask(*held);
+    if (!task.ok()) return finish(task.status());
+    auto items = (*task)->PrepareClassify(inputs);
+    if (!items.ok()) return finish(items.status());
+    ServiceMetrics& metrics = parts.metrics;
+    parts.scheduler.Classify(
+        held, *std::move(items), overrides, std::move(abandoned),
+        [&metrics, held, request_id = std::move(request_id),
+         done = std::move(finish)](absl::StatusOr<std::vector<ClassifyResult>> results) {
+          if (!results.ok()) return done(results.status());
+          metrics.InputsClassified(results->size());
+          auto response = ToResponse(held->stored.spec(), request_id, *results);
+          if (!response.ok()) return done(response.status());
+          done(*std::move(response));
+        });
+  };
+  const std::string& task_id = held->task_id;
+  if (auto refused = parts.preparation.Submit(tenant, task_id, inputs_weight, std::move(work));
+      !refused.ok()) {
+    (*shared_done)(std::move(refused));
+  }
 }
 
 }  // namespace manyshot::server

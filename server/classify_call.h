@@ -1,6 +1,7 @@
 // One classification request from validation to response, shared by Classify and StreamClassify:
-// validates it, hands its inputs to the scheduler, and builds the response when the worker calls
-// back. Nothing waits: the caller gets the outcome through `done`.
+// validates it, has the preparation pool render and tokenize its inputs, hands them to the
+// scheduler, and builds the response when the worker calls back. Nothing waits: the caller gets the
+// outcome through `done`.
 #pragma once
 
 #include <functional>
@@ -15,8 +16,9 @@ namespace manyshot::server {
 
 using ClassifyCallDone = std::function<void(absl::StatusOr<v1::ClassifyResponse>)>;
 
-// Calls `done` exactly once: on this thread when the request is invalid or refused, else on the
-// scheduler's worker. `abandoned` set while queued drops it (done gets CANCELLED).
+// Calls `done` exactly once: on this thread when the request is invalid or refused, on a
+// preparation thread when rendering or tokenizing fails, else on the scheduler's worker.
+// `abandoned` set while queued drops it (done gets CANCELLED).
 void StartClassify(ServiceParts& parts, const std::string& tenant,
                    const v1::ClassifyRequest& request, Scheduler::AbandonFlag abandoned,
                    ClassifyCallDone done);

@@ -76,6 +76,9 @@ ABSL_FLAG(int, batch_window_ms, 2, "How long a batch waits for more requests of 
 ABSL_FLAG(int, max_batch_size, 32, "Most inputs per engine batch");
 ABSL_FLAG(int, max_queue_inputs, 4096,
           "Most inputs waiting in the scheduler; beyond that calls get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, preparation_threads, 0,
+          "Threads that render and tokenize requests before they join the engine queue (0: one "
+          "per core); the engine's worker then only computes");
 ABSL_FLAG(uint64_t, max_demonstrations, 100000, "Most demonstrations per task");
 ABSL_FLAG(uint64_t, max_input_bytes, 64 * 1024, "Most bytes per input text or field");
 ABSL_FLAG(uint32_t, max_batch_inputs, 256, "Most inputs (or items) per Classify/Score request");
@@ -130,6 +133,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.batch_window_ms = absl::GetFlag(FLAGS_batch_window_ms);
   config.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   config.max_queue_inputs = absl::GetFlag(FLAGS_max_queue_inputs);
+  config.preparation_threads = absl::GetFlag(FLAGS_preparation_threads);
   config.max_demonstrations = absl::GetFlag(FLAGS_max_demonstrations);
   config.max_input_bytes = absl::GetFlag(FLAGS_max_input_bytes);
   config.max_batch_inputs = absl::GetFlag(FLAGS_max_batch_inputs);

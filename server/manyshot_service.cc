@@ -55,8 +55,9 @@ grpc::ServerUnaryReactor* Answer(ServiceParts& parts, grpc::CallbackServerContex
 
 ManyShotService::ManyShotService(const ServerConfig& config,
                                  std::shared_ptr<const LoadedModel> model, TaskRegistry& registry,
-                                 Scheduler& scheduler, ContextCache& cache, ServiceMetrics& metrics)
-    : parts_{config, std::move(model), registry, scheduler, cache, metrics} {}
+                                 PreparationPool& preparation, Scheduler& scheduler,
+                                 ContextCache& cache, ServiceMetrics& metrics)
+    : parts_{config, std::move(model), registry, preparation, scheduler, cache, metrics} {}
 
 ManyShotService::Bidi* ManyShotService::CreateTask(Context* context) {
   return new CreateTaskReactor(parts_, jobs_, context);
@@ -178,37 +179,55 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
   auto version = parts_.registry.Resolve(TenantOf(context), r.task_id());
   if (!version.ok()) return fail(version.status());
   auto results = std::make_shared<std::vector<ChoiceResult>>();
-  parts_.scheduler.Run(
-      *std::move(version), inputs.size(),
-      [results, candidates, inputs = std::move(inputs),
-       overrides = *overrides](TaskRegistry::Handle& handle) -> absl::Status {
-        auto out = handle.task->ScoreChoices(handle.get(), inputs, *candidates, overrides);
-        if (!out.ok()) return out.status();
-        *results = *std::move(out);
-        return absl::OkStatus();
-      },
-      reactor->abandoned,
-      [this, context, reactor, response, start, results, candidates,
-       task_id = r.task_id()](absl::Status status) {
-        if (status.ok()) {
-          v1::ScoreResponse out;
-          for (size_t i = 0; i < results->size(); ++i) {
-            const ChoiceResult& result = (*results)[i];
-            auto* o = out.add_results();
-            o->set_best_index(static_cast<uint32_t>(result.best));
-            for (size_t c = 0; c < result.candidates.size(); ++c) {
-              auto* s = o->add_candidates();
-              s->set_candidate((*candidates)[i][c]);
-              s->set_mean_logprob(result.candidates[c].mean_logprob);
-              s->set_sum_logprob(result.candidates[c].sum_logprob);
-              s->set_num_tokens(static_cast<uint32_t>(result.candidates[c].tokens));
-              s->set_probability(result.probabilities[c]);
-            }
-          }
-          *response = SerializeResponse(out);
+  std::function<void(absl::Status)> finish = [this, context, reactor, response, start, results,
+                                              candidates,
+                                              task_id = r.task_id()](absl::Status status) {
+    if (status.ok()) {
+      v1::ScoreResponse out;
+      for (size_t i = 0; i < results->size(); ++i) {
+        const ChoiceResult& result = (*results)[i];
+        auto* o = out.add_results();
+        o->set_best_index(static_cast<uint32_t>(result.best));
+        for (size_t c = 0; c < result.candidates.size(); ++c) {
+          auto* s = o->add_candidates();
+          s->set_candidate((*candidates)[i][c]);
+          s->set_mean_logprob(result.candidates[c].mean_logprob);
+          s->set_sum_logprob(result.candidates[c].sum_logprob);
+          s->set_num_tokens(static_cast<uint32_t>(result.candidates[c].tokens));
+          s->set_probability(result.probabilities[c]);
         }
-        reactor->Finish(parts_.Record("Score", context, start, task_id, ToGrpc(status)));
-      });
+      }
+      *response = SerializeResponse(out);
+    }
+    reactor->Finish(parts_.Record("Score", context, start, task_id, ToGrpc(status)));
+  };
+  // Rendering and tokenizing (every candidate) run on the preparation pool, never on the
+  // engine's worker; the prepared items then join the engine queue.
+  std::shared_ptr<const TaskVersion> held = *std::move(version);
+  const size_t weight = inputs.size();
+  auto work = [this, held, inputs = std::move(inputs), candidates, overrides = *overrides, results,
+               abandoned = reactor->abandoned, finish]() {
+    if (abandoned->load()) return finish(absl::CancelledError("cancelled while queued"));
+    auto task = parts_.registry.EngineTask(*held);
+    if (!task.ok()) return finish(task.status());
+    auto prepared = (*task)->PrepareChoices(inputs, *candidates);
+    if (!prepared.ok()) return finish(prepared.status());
+    auto items = std::make_shared<std::vector<QueryWithCandidates>>(*std::move(prepared));
+    parts_.scheduler.Run(
+        held, inputs.size(),
+        [results, items, overrides](TaskRegistry::Handle& handle) -> absl::Status {
+          auto out = handle.task->ScoreChoicesPrepared(handle.get(), *items, overrides);
+          if (!out.ok()) return out.status();
+          *results = *std::move(out);
+          return absl::OkStatus();
+        },
+        abandoned, finish);
+  };
+  if (auto refused =
+          parts_.preparation.Submit(TenantOf(context), held->task_id, weight, std::move(work));
+      !refused.ok()) {
+    finish(std::move(refused));
+  }
   return reactor;
 }
 

@@ -29,8 +29,8 @@ class ManyShotService final : public ManyShotRawCallbackService {
  public:
   // Everything passed in outlives the service.
   ManyShotService(const ServerConfig& config, std::shared_ptr<const LoadedModel> model,
-                  TaskRegistry& registry, Scheduler& scheduler, ContextCache& cache,
-                  ServiceMetrics& metrics);
+                  TaskRegistry& registry, PreparationPool& preparation, Scheduler& scheduler,
+                  ContextCache& cache, ServiceMetrics& metrics);
 
   using Bidi = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
   using Unary = grpc::ServerUnaryReactor;

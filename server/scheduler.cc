@@ -37,13 +37,13 @@ size_t Scheduler::queued_inputs() const {
   return queued_inputs_;
 }
 
-void Scheduler::Classify(std::shared_ptr<const TaskVersion> version, std::vector<Example> inputs,
-                         const QueryOverrides& overrides, AbandonFlag abandoned,
-                         ClassifyDone done) {
+void Scheduler::Classify(std::shared_ptr<const TaskVersion> version,
+                         std::vector<QueryWithCandidates> items, const QueryOverrides& overrides,
+                         AbandonFlag abandoned, ClassifyDone done) {
   auto request = std::make_shared<Request>();
   request->version = std::move(version);
-  request->weight = inputs.size();
-  request->inputs = std::move(inputs);
+  request->weight = items.size();
+  request->items = std::move(items);
   request->overrides = overrides;
   request->abandoned = std::move(abandoned);
   request->done = std::move(done);
@@ -82,7 +82,7 @@ void Scheduler::Submit(std::shared_ptr<Request> request) {
           reason::kQueueFull);
     } else {
       auto& queue = pending_[request->key];
-      if (queue.empty()) round_robin_.push_back(request->key);
+      if (queue.empty()) order_.Add(request->version->tenant, request->key);
       queue.push_back(request);
       queued_inputs_ += request->weight;
       if (hooks_.on_depth) hooks_.on_depth(queued_inputs_);
@@ -98,13 +98,10 @@ void Scheduler::Submit(std::shared_ptr<Request> request) {
 void Scheduler::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stop_ || !round_robin_.empty(); });
-    if (round_robin_.empty()) {
-      if (stop_) return;
-      continue;
-    }
-    const std::string key = round_robin_.front();
-    round_robin_.pop_front();
+    wake_.wait(lock, [&] { return stop_ || !order_.empty(); });
+    auto next = order_.Next();
+    if (!next) return;  // stopping, and nothing is left
+    const std::string key = *std::move(next);
     auto& queue = pending_[key];
     // A classification batch may wait a moment for more requests of the same task.
     if (!queue.front()->job) {
@@ -114,7 +111,7 @@ void Scheduler::WorkerLoop() {
         size_t n = 0;
         for (const auto& r : queue) {
           if (r->job || !SameOverrides(r->overrides, queue.front()->overrides)) break;
-          n += r->inputs.size();
+          n += r->items.size();
         }
         return n;
       };
@@ -129,17 +126,17 @@ void Scheduler::WorkerLoop() {
       if (!batch.empty()) {
         if (batch.front()->job || r->job ||
             !SameOverrides(r->overrides, batch.front()->overrides) ||
-            inputs + r->inputs.size() > static_cast<size_t>(config_.max_batch_size)) {
+            inputs + r->items.size() > static_cast<size_t>(config_.max_batch_size)) {
           break;
         }
       }
-      inputs += r->inputs.size();
+      inputs += r->items.size();
       queued_inputs_ -= r->weight;
       batch.push_back(r);
       queue.pop_front();
     }
     if (!queue.empty()) {
-      round_robin_.push_back(key);  // the rest waits its next turn
+      order_.Add(queue.front()->version->tenant, key);  // the rest waits its next turn
     } else {
       pending_.erase(key);
     }
@@ -179,15 +176,16 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
     }
     return;
   }
-  std::vector<Example> inputs;
-  for (const auto& r : live) inputs.insert(inputs.end(), r->inputs.begin(), r->inputs.end());
-  if (hooks_.on_batch) hooks_.on_batch(inputs.size());
-  auto results = handle->task->Classify(handle->get(), inputs, live.front()->overrides);
+  std::vector<QueryWithCandidates> items;
+  for (const auto& r : live) items.insert(items.end(), r->items.begin(), r->items.end());
+  if (hooks_.on_batch) hooks_.on_batch(items.size());
+  auto results = handle->task->ClassifyPrepared(handle->get(), items, live.front()->overrides);
   if (!results.ok()) {
-    // One bad input fails the whole engine call: retry each request alone so only it fails.
+    // One request can fail the whole engine call (an override its task rejects): retry each
+    // request alone so only it fails.
     if (live.size() > 1) {
       for (auto& r : live) {
-        auto alone = handle->task->Classify(handle->get(), r->inputs, r->overrides);
+        auto alone = handle->task->ClassifyPrepared(handle->get(), r->items, r->overrides);
         r->done(std::move(alone));
       }
     } else {
@@ -198,8 +196,8 @@ void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
   size_t offset = 0;
   for (auto& r : live) {
     std::vector<ClassifyResult> mine(results->begin() + offset,
-                                     results->begin() + offset + r->inputs.size());
-    offset += r->inputs.size();
+                                     results->begin() + offset + r->items.size());
+    offset += r->items.size();
     r->done(std::move(mine));
   }
 }

@@ -1,6 +1,8 @@
 // The engine's one queue. Requests for the same task are batched (up to --max_batch_size inputs,
 // waiting at most --batch_window_ms for more) so a batch shares one read of the task's context;
-// tasks with waiting work are served round-robin, so one busy task cannot starve the others. The
+// tenants with waiting work take turns, and within a tenant its tasks do (FairOrder), so neither
+// a busy task nor a tenant with many tasks can starve the others. Requests arrive prepared
+// (rendered and tokenized by the PreparationPool): the worker only computes. The
 // queue is bounded (RESOURCE_EXHAUSTED when full); a request cancelled or past its deadline while
 // queued is dropped without computing. One worker runs batches: each already uses every core.
 // Callers do not wait: each request carries a callback that the worker calls with its answer, so
@@ -17,6 +19,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "server/fair_order.h"
 #include "server/task_registry.h"
 
 namespace manyshot::server {
@@ -43,9 +46,10 @@ class Scheduler {
   using ClassifyDone = std::function<void(absl::StatusOr<std::vector<ClassifyResult>>)>;
   using Done = std::function<void(absl::Status)>;
 
-  // Classifies `inputs` against `version` (batched with other requests for the same version and
-  // overrides). Requests hold the version they resolved, so a replace never mixes two versions.
-  void Classify(std::shared_ptr<const TaskVersion> version, std::vector<Example> inputs,
+  // Classifies `items` (IclTask::PrepareClassify of `version`'s task) against `version`, batched
+  // with other requests for the same version and overrides. Requests hold the version they
+  // resolved, so a replace never mixes two versions.
+  void Classify(std::shared_ptr<const TaskVersion> version, std::vector<QueryWithCandidates> items,
                 const QueryOverrides& overrides, AbandonFlag abandoned, ClassifyDone done);
   // Runs `job` on the task alone (multi-choice scoring, generation), in queue order.
   using Job = std::function<absl::Status(TaskRegistry::Handle&)>;
@@ -60,7 +64,7 @@ class Scheduler {
   struct Request {
     std::string key;  // tenant + task + version: the batching and round-robin unit
     std::shared_ptr<const TaskVersion> version;
-    std::vector<Example> inputs;  // classification
+    std::vector<QueryWithCandidates> items;  // classification
     QueryOverrides overrides;
     Job job;  // set for non-classification work
     size_t weight = 0;
@@ -78,7 +82,7 @@ class Scheduler {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::map<std::string, std::deque<std::shared_ptr<Request>>> pending_;  // by task key
-  std::deque<std::string> round_robin_;  // task keys with pending work, in service order
+  FairOrder order_;  // task keys with pending work
   size_t queued_inputs_ = 0;
   bool draining_ = false;
   bool stop_ = false;

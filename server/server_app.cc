@@ -1,5 +1,8 @@
 #include "server/server_app.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <fstream>
 #include <sstream>
 
@@ -162,8 +165,15 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   hooks.on_wait = [sm](double s) { sm->QueueWait(s); };
   hooks.on_depth = [sm](size_t d) { sm->QueueDepth(d); };
   app->scheduler_ = std::make_unique<Scheduler>(*app->registry_, app->config_, hooks);
-  app->service_ = std::make_unique<ManyShotService>(app->config_, app->model_, *app->registry_,
-                                                    *app->scheduler_, *app->cache_, *sm);
+  const int preparation_threads =
+      config.preparation_threads > 0
+          ? config.preparation_threads
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app->preparation_ = std::make_unique<PreparationPool>(
+      preparation_threads, static_cast<size_t>(std::max(1, config.max_queue_inputs)));
+  app->service_ =
+      std::make_unique<ManyShotService>(app->config_, app->model_, *app->registry_,
+                                        *app->preparation_, *app->scheduler_, *app->cache_, *sm);
 
   // Both must happen before the builder is created: the health service is created by the
   // builder, and the reflection plugin is only linked in when this function is called.
@@ -198,9 +208,16 @@ void ServerApp::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_ || server_ == nullptr) return;  // never started, or already stopped
   shut_down_ = true;
   server_->GetHealthCheckService()->Shutdown();
-  // New engine work is refused; queued work still runs within the grace period.
+  // New work is refused; queued work still runs within the grace period: what is being prepared
+  // joins the engine queue first, then the engine queue stops taking work.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  preparation_->Drain();
+  preparation_->WaitIdle(deadline);
   scheduler_->Drain();
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                        std::max(deadline - std::chrono::steady_clock::now(),
+                                 std::chrono::steady_clock::duration::zero())));
   server_->Wait();
 }
 

@@ -10,6 +10,7 @@
 #include "server/manyshot_service.h"
 #include "server/metrics.h"
 #include "server/model_loader.h"
+#include "server/preparation_pool.h"
 #include "server/scheduler.h"
 #include "server/server_config.h"
 #include "server/service_metrics.h"
@@ -40,6 +41,8 @@ class ServerApp {
   std::unique_ptr<ServiceMetrics> service_metrics_;
   std::shared_ptr<prometheus::Collectable> task_collector_;  // task states for /metrics
   std::unique_ptr<Scheduler> scheduler_;
+  // After the scheduler: its threads submit to the scheduler, so it is destroyed first.
+  std::unique_ptr<PreparationPool> preparation_;
   std::unique_ptr<ManyShotService> service_;
   std::unique_ptr<grpc::Server> server_;
   int grpc_port_ = 0;

@@ -45,6 +45,8 @@ struct ServerConfig {
   int batch_window_ms = 2;
   int max_batch_size = 32;
   int max_queue_inputs = 4096;
+  // Threads that render and tokenize requests before they are queued (0: one per core).
+  int preparation_threads = 0;
 
   // Limits (reported by GetServerInfo).
   uint64_t max_demonstrations = 100000;

@@ -11,6 +11,7 @@
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 #include "server/model_loader.h"
+#include "server/preparation_pool.h"
 #include "server/scheduler.h"
 #include "server/server_config.h"
 #include "server/service_metrics.h"
@@ -23,6 +24,7 @@ struct ServiceParts {
   const ServerConfig& config;
   std::shared_ptr<const LoadedModel> model;
   TaskRegistry& registry;
+  PreparationPool& preparation;  // renders and tokenizes requests before they reach `scheduler`
   Scheduler& scheduler;
   ContextCache& cache;
   ServiceMetrics& metrics;

@@ -395,7 +395,7 @@ absl::StatusOr<std::shared_ptr<const TaskVersion>> TaskRegistry::Resolve(
       absl::StrCat("task \"", task_id, "\" is FAILED: ", entry.shown.error()));
 }
 
-absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::Prepared(const TaskVersion& version) {
+absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::EngineTask(const TaskVersion& version) {
   std::lock_guard<std::mutex> lock(version.prepare_mutex);
   if (version.task) return version.task;
   // After a restart: rebuild the task from its stored spec (tokenizing, no encoding).
@@ -411,7 +411,7 @@ absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::Prepared(const TaskVersio
 
 absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
     const std::shared_ptr<const TaskVersion>& version) {
-  auto task = Prepared(*version);
+  auto task = EngineTask(*version);
   if (!task.ok()) return task.status();
   std::shared_ptr<IclTask> t = *task;
   EncodeFn encode;

@@ -77,6 +77,10 @@ class TaskRegistry {
   // ABORTED when the version was retired (replaced or deleted) and its KV is no longer cached:
   // the request is not re-encoded for a version nobody serves any more.
   absl::StatusOr<Handle> Acquire(const std::shared_ptr<const TaskVersion>& version);
+  // A version's engine task, for preparing requests (rendering, tokenizing) without its context.
+  // Built from the stored spec on first use after a restart (tokenizing the demonstrations, no
+  // encoding); thread-safe.
+  absl::StatusOr<std::shared_ptr<IclTask>> EngineTask(const TaskVersion& version);
 
  private:
   struct Entry {
@@ -90,7 +94,6 @@ class TaskRegistry {
     return tenant + '\n' + task_id;
   }
   v1::TaskState StateOf(const Entry& entry) const;
-  absl::StatusOr<std::shared_ptr<IclTask>> Prepared(const TaskVersion& version);
   // The reported task of an entry (tiers filled for READY ones). Caller holds no lock.
   v1::Task Describe(const Entry& entry);
   void FillTiers(v1::Task& task, const std::string& kv_key);

@@ -258,13 +258,13 @@ absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
   return probabilities;
 }
 
-absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedContext* context,
-                                                              const std::vector<Example>& inputs,
-                                                              const QueryOverrides& overrides) {
+absl::StatusOr<std::vector<QueryWithCandidates>> IclTask::PrepareClassify(
+    const std::vector<Example>& inputs) const {
   if (options_.labels.empty()) {
     return absl::FailedPreconditionError("the task has no labels; use Score with candidates");
   }
   std::vector<QueryWithCandidates> items;
+  items.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string text;
     auto query = QueryTokens(inputs[i], &text);
@@ -275,6 +275,27 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedConte
     if (!labels.ok()) return labels.status();
     items.push_back({*std::move(query), *std::move(labels)});
   }
+  return items;
+}
+
+absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedContext* context,
+                                                              const std::vector<Example>& inputs,
+                                                              const QueryOverrides& overrides) {
+  auto items = PrepareClassify(inputs);
+  if (!items.ok()) return items.status();
+  return ClassifyPrepared(context, *items, overrides);
+}
+
+absl::StatusOr<std::vector<ClassifyResult>> IclTask::ClassifyPrepared(
+    const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+    const QueryOverrides& overrides) {
+  for (const auto& item : items) {
+    if (item.candidates.size() != options_.labels.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a prepared query has ", item.candidates.size(), " candidates for ",
+                       options_.labels.size(), " labels: it was prepared by another task"));
+    }
+  }
   auto scores = Score(context, items, overrides);
   if (!scores.ok()) return scores.status();
   std::vector<double> calibration;
@@ -283,8 +304,8 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedConte
     if (!p.ok()) return p.status();
     calibration = *std::move(p);
   }
-  std::vector<ClassifyResult> results(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  std::vector<ClassifyResult> results(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
     ClassifyResult& r = results[i];
     r.input_tokens = static_cast<int64_t>(items[i].query.size());
     std::vector<double> means;
@@ -305,13 +326,14 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedConte
   return results;
 }
 
-absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
-    const EncodedContext* context, const std::vector<Example>& inputs,
-    const std::vector<std::vector<std::string>>& candidates, const QueryOverrides& overrides) {
+absl::StatusOr<std::vector<QueryWithCandidates>> IclTask::PrepareChoices(
+    const std::vector<Example>& inputs,
+    const std::vector<std::vector<std::string>>& candidates) const {
   if (inputs.size() != candidates.size()) {
     return absl::InvalidArgumentError("one candidate list per input is needed");
   }
   std::vector<QueryWithCandidates> items;
+  items.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string text;
     auto query = QueryTokens(inputs[i], &text);
@@ -332,10 +354,24 @@ absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
     }
     items.push_back(std::move(item));
   }
+  return items;
+}
+
+absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
+    const EncodedContext* context, const std::vector<Example>& inputs,
+    const std::vector<std::vector<std::string>>& candidates, const QueryOverrides& overrides) {
+  auto items = PrepareChoices(inputs, candidates);
+  if (!items.ok()) return items.status();
+  return ScoreChoicesPrepared(context, *items, overrides);
+}
+
+absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoicesPrepared(
+    const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+    const QueryOverrides& overrides) {
   auto scores = Score(context, items, overrides);
   if (!scores.ok()) return scores.status();
-  std::vector<ChoiceResult> results(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  std::vector<ChoiceResult> results(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
     std::vector<double> means;
     for (const auto& s : (*scores)[i]) means.push_back(s.mean_logprob);
     results[i].candidates = (*scores)[i];

@@ -107,6 +107,22 @@ class IclTask {
       const EncodedContext* context, const std::vector<Example>& inputs,
       const std::vector<std::vector<std::string>>& candidates,
       const QueryOverrides& overrides = {});
+
+  // The same queries in two steps. Preparing renders and tokenizes (inputs, labels, candidates)
+  // and needs neither the context nor the weights, so a server runs it off its engine thread;
+  // it is const and thread-safe. INVALID_ARGUMENT names the input ("input 3: ...").
+  absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
+      const std::vector<Example>& inputs) const;
+  absl::StatusOr<std::vector<QueryWithCandidates>> PrepareChoices(
+      const std::vector<Example>& inputs,
+      const std::vector<std::vector<std::string>>& candidates) const;
+  // `items` from PrepareClassify / PrepareChoices of this task.
+  absl::StatusOr<std::vector<ClassifyResult>> ClassifyPrepared(
+      const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+      const QueryOverrides& overrides = {});
+  absl::StatusOr<std::vector<ChoiceResult>> ScoreChoicesPrepared(
+      const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+      const QueryOverrides& overrides = {});
   absl::StatusOr<GenerationOutput> Generate(const EncodedContext* context, const Example& input,
                                             GenerationParams params,
                                             const QueryOverrides& overrides = {});
