@@ -34,6 +34,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<ProcessMetrics> process_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string address_;  // --metrics_address
   int port_ = 0;
 };
 

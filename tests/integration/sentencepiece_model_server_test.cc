@@ -77,7 +77,7 @@ TEST(SentencePieceModelServerTest, ServesAModelWithOnlyTokenizerModel) {
   EXPECT_EQ(fs::path(info.model().path()), model);
 
   ASSERT_TRUE(server.process().Signal(SIGTERM));
-  auto exit_status = server.process().Wait(std::chrono::seconds(10));
+  auto exit_status = server.process().Wait(kExitLimit);
   ASSERT_TRUE(exit_status.has_value());
   EXPECT_EQ(*exit_status, 0) << server.Stderr();
 }

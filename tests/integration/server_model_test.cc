@@ -26,7 +26,7 @@ v1::ServerInfo GetInfo(const ServerUnderTest& server) {
 
 void StopCleanly(ServerUnderTest& server) {
   ASSERT_TRUE(server.process().Signal(SIGTERM));
-  auto status = server.process().Wait(std::chrono::seconds(10));
+  auto status = server.process().Wait(kExitLimit);
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(*status, 0) << server.Stderr();
 }

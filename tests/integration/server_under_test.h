@@ -13,6 +13,10 @@ namespace manyshot::testing {
 std::string ServerBinary();  // build/server/manyshot-server
 std::string CliBinary();     // build/client/manyshot
 
+// How long a test waits for the server to exit after SIGTERM: a hang detector far above the
+// --shutdown_grace_seconds default (10 s), not a timing claim (loaded machines are slow).
+inline constexpr std::chrono::seconds kExitLimit{60};
+
 class ServerUnderTest {
  public:
   // Starts the server with --data_dir=data_dir and extra flags; waits until it has written its

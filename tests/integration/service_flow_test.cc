@@ -144,7 +144,7 @@ TEST(ServiceFlowTest, WholeFlowAndRestartWithZeroEncodes) {
                      {{"method", "Classify"}, {"code", "OK"}}),
               1);
     ASSERT_TRUE(server.process().Signal(SIGTERM));
-    ASSERT_EQ(server.process().Wait(std::chrono::seconds(10)).value_or(-1), 0) << server.Stderr();
+    ASSERT_EQ(server.process().Wait(kExitLimit).value_or(-1), 0) << server.Stderr();
   }
   // Restart on the same data directory: same answers, nothing encoded.
   ServerUnderTest server(dir.path() / "data", {});
