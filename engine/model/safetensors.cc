@@ -119,7 +119,11 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsBuffer(const std::byte* 
   const uint64_t data_size = size - 8 - header_len;
   std::vector<TensorInfo> tensors;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) for the overlap check
-  for (const auto& [name, desc] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named references, not a structured binding: clang 14 (the fuzzing build) cannot capture
+    // structured bindings in the lambda below.
+    const std::string& name = item.key();
+    const auto& desc = item.value();
     if (name == "__metadata__") {
       if (!desc.is_object()) return Invalid(file, "\"__metadata__\" is not an object");
       continue;
