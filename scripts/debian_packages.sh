@@ -36,6 +36,9 @@ test=(
   # the container image test (tests/deploy/docker): a base image from debootstrap, built with
   # podman (no Docker daemon needed) and run from its mounted filesystem
   podman debootstrap
+  # the fuzzing campaign (tools/fuzz/run_campaign.sh): clang with libFuzzer and the sanitizer
+  # runtimes (libclang_rt.fuzzer-x86_64.a is in libclang-rt-14-dev on Debian 12)
+  clang libclang-rt-14-dev
 )
 
 case "${1:-}" in
