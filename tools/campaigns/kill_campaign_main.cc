@@ -66,7 +66,9 @@ struct Figures {
   int served_answers_identical = 0;  // bit-identical to the reference
   int served_answers_close = 0;      // within ReferenceScores::Close (batched differently)
   int acked_mutations = 0;
-  int ambiguous_mutations = 0;  // interrupted before an answer: either outcome was acceptable
+  int ambiguous_mutations = 0;        // interrupted before an answer: either outcome was acceptable
+  int interrupted_kept_previous = 0;  // of them, the restart showed the state before
+  int interrupted_took_effect = 0;    // of them, the restart showed the mutation committed
 };
 
 // Per variant (and for deletes, index -1): the latest latency of an acknowledged mutation, so
@@ -346,6 +348,8 @@ int Campaign::Run(int cycles) {
     figures_.tasks_checked += check.tasks_checked;
     figures_.tasks_present += check.tasks_present;
     figures_.scores_checked += check.scores_checked;
+    figures_.interrupted_kept_previous += check.interrupted_kept_previous;
+    figures_.interrupted_took_effect += check.interrupted_took_effect;
     if (cycle == cycles) break;  // the last start only checks the last kill
     // create 3, replace 3, delete 2, serving only 2 (in tenths).
     const uint64_t pick = rng_() % 10;
@@ -382,6 +386,8 @@ void Campaign::PrintSummary(bool json, double seconds, int exit_code) const {
   j["served_answers_within_tolerance"] = figures_.served_answers_close;
   j["acked_mutations"] = figures_.acked_mutations;
   j["ambiguous_mutations"] = figures_.ambiguous_mutations;
+  j["interrupted_kept_previous"] = figures_.interrupted_kept_previous;
+  j["interrupted_took_effect"] = figures_.interrupted_took_effect;
   j["findings_by_kind"] = findings_.Counts();
   j["mismatches"] = findings_.Total();
   j["findings"] = findings_.Messages();

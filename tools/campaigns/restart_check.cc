@@ -98,6 +98,10 @@ CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
       findings.Add(kind, absl::StrCat(id, ": found ", Describe(found), ", expected ",
                                       DescribeSet(acceptable)));
     }
+    if (state.Pending(id) && acceptable.count(found)) {
+      ++(found == state.Acked(id) ? figures.interrupted_kept_previous
+                                  : figures.interrupted_took_effect);
+    }
     state.Resolve(id, found);
     if (!found) continue;
     ++figures.tasks_present;

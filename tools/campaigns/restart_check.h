@@ -16,6 +16,10 @@ struct CheckFigures {
   int tasks_checked = 0;   // task ids whose state was checked
   int tasks_present = 0;   // of them, READY after the restart
   int scores_checked = 0;  // inputs whose scores were compared with the reference
+  // Mutations a kill left unacknowledged, by what the restart showed: the previous state, or the
+  // mutation's result (it had committed before the kill).
+  int interrupted_kept_previous = 0;
+  int interrupted_took_effect = 0;
 };
 
 // Also resolves `state` to what was found, so the next cycle starts from it.
