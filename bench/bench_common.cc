@@ -40,6 +40,10 @@ void Report::AddText(const std::string& name, const std::string& value) {
   lines_.push_back(name + std::string(name.size() < 44 ? 45 - name.size() : 1, ' ') + value);
 }
 
+void Report::AddJson(const std::string& name, nlohmann::ordered_json value) {
+  figures_[name] = std::move(value);
+}
+
 void Report::Print() const {
   if (json_) {
     std::printf("%s\n", figures_.dump().c_str());

@@ -27,6 +27,8 @@ class Report {
   }
   void Add(const std::string& name, double value, const std::string& unit = "");
   void AddText(const std::string& name, const std::string& value);
+  // A structured figure (e.g. a time series) for --json only; the text output prints its own.
+  void AddJson(const std::string& name, nlohmann::ordered_json value);
   void Print() const;
 
  private:

@@ -14,6 +14,8 @@ constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
     "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick] [--server_binary=PATH] "
     "[--requests=N] [--batch=N] [--backend=cpu|cuda] [--context_tokens=N] [--torch_peer=PATH]\n"
+    "       soak: [--streams=N] [--duration=S] [--idle=S] [--sample=S] [--stream_requests=N] "
+    "[--target=HOST:PORT [--target_pid=PID] [--target_metrics_port=N]]\n"
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
@@ -21,6 +23,8 @@ constexpr char kUsage[] =
     "(--backend=cuda: into GPU memory)\n"
     "  service     gRPC Classify from 32 clients via manyshot-server vs the in-process engine\n"
     "  attention   context attention, query batches vs same-run copy/GEMM and PyTorch\n"
+    "  soak        64 StreamClassify streams for 10 min, then idle: errors, p50/p99, server RSS\n"
+    "              and threads over time, and whether they level off\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -68,6 +72,22 @@ int main(int argc, char** argv) {
       options.context_tokens = std::stoll(value);
     } else if (Flag(argv[i], "--torch_peer", &value)) {
       options.torch_peer = value;
+    } else if (Flag(argv[i], "--streams", &value)) {
+      options.streams = std::stoi(value);
+    } else if (Flag(argv[i], "--duration", &value)) {
+      options.duration_seconds = std::stod(value);
+    } else if (Flag(argv[i], "--idle", &value)) {
+      options.idle_seconds = std::stod(value);
+    } else if (Flag(argv[i], "--sample", &value)) {
+      options.sample_seconds = std::stod(value);
+    } else if (Flag(argv[i], "--stream_requests", &value)) {
+      options.stream_requests = std::stoi(value);
+    } else if (Flag(argv[i], "--target", &value)) {
+      options.target = value;
+    } else if (Flag(argv[i], "--target_pid", &value)) {
+      options.target_pid = std::stoi(value);
+    } else if (Flag(argv[i], "--target_metrics_port", &value)) {
+      options.target_metrics_port = std::stoi(value);
     } else if (Flag(argv[i], "--work_dir", &value)) {
       options.work_dir = value;
     } else {
@@ -82,6 +102,7 @@ int main(int argc, char** argv) {
   if (sub == "cache") return manyshot::bench::RunCacheBench(options);
   if (sub == "service") return manyshot::bench::RunServiceBench(options);
   if (sub == "attention") return manyshot::bench::RunAttentionBench(options);
+  if (sub == "soak") return manyshot::bench::RunSoakBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

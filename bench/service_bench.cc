@@ -6,12 +6,6 @@
 // largest) and in batches as large as the server's scheduler actually formed (its mean, from
 // /metrics). Each of --repeats rounds runs gRPC and then both references back to back; reported
 // are medians over rounds: q/s, p50/p99 request latency, overhead = in-process q/s / gRPC q/s.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,16 +14,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
+#include "bench/bench_server.h"
 #include "bench/sst2_data.h"
 #include "bench/subcommands.h"
 #include "engine/cpu/cpu_backend.h"
@@ -40,8 +33,6 @@
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "server/server_config.h"
 #include "server/task_spec.h"
-
-extern char** environ;
 
 namespace manyshot::bench {
 namespace {
@@ -57,57 +48,7 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-fs::path DefaultServerBinary() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return (self.parent_path() / ".." / "server" / "manyshot-server").lexically_normal();
-}
-
-// Starts the server; returns its pid (or -1).
-pid_t StartServer(const fs::path& binary, const fs::path& dir, int threads) {
-  std::vector<std::string> args = {binary.string(),
-                                   "--listen_address=127.0.0.1:0",
-                                   "--metrics_address=127.0.0.1:0",
-                                   "--port_file=" + (dir / "ports").string(),
-                                   "--data_dir=" + (dir / "data").string(),
-                                   "--default_tokenizer_dir=/usr/local/share/manyshot/gpt2",
-                                   "--threads=" + std::to_string(threads),
-                                   "--log_level=warn"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
-}
-
-// Waits (up to 180 s: the first start generates the default model) for the port file; returns the
-// gRPC port and sets *metrics_port.
-int WaitForGrpcPort(const fs::path& port_file, pid_t pid, int* metrics_port) {
-  for (int i = 0; i < 1800; ++i) {
-    std::ifstream in(port_file);
-    std::string line;
-    int grpc = -1;
-    while (std::getline(in, line)) {
-      if (line.rfind("grpc=", 0) == 0) grpc = std::stoi(line.substr(5));
-      if (line.rfind("metrics=", 0) == 0) *metrics_port = std::stoi(line.substr(8));
-    }
-    if (grpc > 0) return grpc;
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return -1;
-}
-
-v1::TaskSpec Sst2Spec() {
-  v1::TaskSpec spec;
-  spec.set_input_template("Sentence: {text}\nLabel:");
-  spec.add_labels("negative");
-  spec.add_labels("positive");
-  spec.set_group_length(kGroupLength);
-  return spec;
-}
+v1::TaskSpec Sst2Spec() { return Sst2GrpcSpec(kGroupLength); }
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -124,30 +65,11 @@ struct GrpcFigures {
 
 // The server's manyshot_batch_inputs histogram {sum, count} from /metrics, or {0, 0}.
 std::pair<double, double> EngineBatchTotals(int metrics_port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return {0, 0};
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(metrics_port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string body;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[65536];
-      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) body.append(buffer, n);
-    }
-  }
-  close(fd);
-  std::pair<double, double> totals{0, 0};
-  std::istringstream lines(body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("manyshot_batch_inputs_sum ", 0) == 0) totals.first = std::stod(line.substr(26));
-    if (line.rfind("manyshot_batch_inputs_count ", 0) == 0) {
-      totals.second = std::stod(line.substr(28));
-    }
-  }
-  return totals;
+  const std::string body = ScrapeMetrics(metrics_port);
+  const double sum = MetricValue(body, "manyshot_batch_inputs_sum");
+  const double count = MetricValue(body, "manyshot_batch_inputs_count");
+  if (sum < 0 || count < 0) return {0, 0};
+  return {sum, count};
 }
 
 // kClients threads, each sending `requests` Classify calls of `batch` inputs after one warm-up.
@@ -233,45 +155,18 @@ int RunServiceBench(const BenchOptions& options) {
   report.Add("group_length", kGroupLength);
 
   // 1. Through gRPC.
-  pid_t pid = StartServer(binary, tmp, options.threads);
-  if (pid < 0) return Fail("cannot start " + binary.string());
-  int metrics_port = -1;
-  int port = WaitForGrpcPort(tmp / "ports", pid, &metrics_port);
-  if (port < 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    return Fail("the server did not start (no port file)");
-  }
+  auto started = StartBenchServer(binary, tmp, options.threads);
+  if (!started.ok()) return Fail(started.status().ToString());
+  const int port = started->grpc_port;
+  const int metrics_port = started->metrics_port;
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
                                            grpc::InsecureChannelCredentials(), channel_args);
   std::string error;
-  auto stop_server = [&]() -> bool {
-    kill(pid, SIGTERM);
-    int wstatus = 0;
-    waitpid(pid, &wstatus, 0);
-    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-  };
-  {
-    auto stub = v1::ManyShot::NewStub(channel);
-    grpc::ClientContext context;
-    auto stream = stub->CreateTask(&context);
-    v1::CreateTaskRequest request;
-    request.set_task_id("sst2");
-    *request.mutable_spec() = Sst2Spec();
-    for (const Example& e : *train) {
-      auto* d = request.add_demonstrations();
-      d->set_text(e.text);
-      d->set_label(e.label);
-    }
-    stream->Write(request);
-    stream->WritesDone();
-    v1::CreateTaskResponse response;
-    bool created = false;
-    while (stream->Read(&response)) created |= response.has_result();
-    grpc::Status status = stream->Finish();
-    if (!status.ok() || !created) error = "CreateTask: " + status.error_message();
+  auto stop_server = [&]() -> bool { return StopBenchServer(*started); };
+  if (absl::Status s = RegisterTask(channel, "sst2", Sst2Spec(), *train); !s.ok()) {
+    error = std::string(s.message());
   }
   if (!error.empty()) {
     stop_server();

@@ -26,6 +26,17 @@ struct BenchOptions {
   std::string backend;
   int64_t context_tokens = 0;
   std::filesystem::path torch_peer;
+  // soak: StreamClassify streams, seconds of load then of idle, seconds between samples, requests
+  // per stream before it is closed and reopened, and an already running server (--target=HOST:PORT,
+  // with --target_pid for RSS/threads from /proc and --target_metrics_port for /metrics).
+  int streams = 64;
+  double duration_seconds = 600;
+  double idle_seconds = 60;
+  double sample_seconds = 5;
+  int stream_requests = 1000;
+  std::string target;
+  int target_pid = 0;
+  int target_metrics_port = 0;
 };
 
 int RunPrefillBench(const BenchOptions& options);
@@ -33,6 +44,7 @@ int RunStructuredBench(const BenchOptions& options);
 int RunCacheBench(const BenchOptions& options);
 int RunServiceBench(const BenchOptions& options);
 int RunAttentionBench(const BenchOptions& options);
+int RunSoakBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);
