@@ -17,8 +17,9 @@ class Tokenizer;
 class Transformer;
 
 // Bumped whenever the blob layout, the encoding rules or the fingerprints change, so old blobs are
-// never reused. 2: model and tokenizer fingerprints are XXH3 (engine/core/stable_hash.h).
-inline constexpr uint32_t kCacheFormatVersion = 2;
+// never reused. 2: model and tokenizer fingerprints are XXH3 (engine/core/stable_hash.h). 3: KV
+// payloads in files beside RocksDB (cache/blob_files.h); format 2 blobs are dropped at open.
+inline constexpr uint32_t kCacheFormatVersion = 3;
 
 struct CacheKeyInputs {
   uint32_t format_version = kCacheFormatVersion;

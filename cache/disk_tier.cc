@@ -21,7 +21,8 @@ constexpr char kTaskPrefix[] = "t/";
 constexpr char kReadyPrefix[] = "ready/";
 constexpr char kHeaderPrefix[] = "h/";
 constexpr char kAccessPrefix[] = "a/";
-constexpr char kPendingPrefix[] = "p/";
+constexpr char kPendingPrefix[] = "p/";  // format 2 staged writes (Recover() removes them)
+constexpr char kFilesDirectory[] = "kv_files";
 constexpr char kQuarantinePrefix[] = "q/";  // tasks family: why a ready task is quarantined
 // Default family: the name of the live tasks family ("tasks" when absent). A task record damaged
 // on disk leaves a block no compaction can read; the good records move to a fresh family
@@ -154,6 +155,9 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::filesystem::
     return absl::DataLossError(
         absl::StrCat("the live tasks family ", live, " of ", path.string(), " is missing"));
   }
+  auto files = BlobFiles::Open(path / kFilesDirectory);
+  if (!files.ok()) return files.status();
+  tier->files_ = std::make_unique<BlobFiles>(*std::move(files));
   if (absl::Status r = tier->Recover(); !r.ok()) return r;
   return tier;
 }
@@ -182,6 +186,21 @@ void DiskTier::AddBlobDeletion(const std::string& key, rocksdb::WriteBatch* batc
   batch->Delete(meta_, kHeaderPrefix + key).PermitUncheckedError();
   batch->Delete(meta_, kAccessPrefix + key).PermitUncheckedError();
   batch->Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
+  doomed_files_.push_back(key);
+}
+
+absl::Status DiskTier::CommitLocked(rocksdb::WriteBatch* batch, bool sync, std::string_view what) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  absl::Status s = FromRocks(db_->Write(wo, batch), what);
+  std::vector<std::string> doomed = std::exchange(doomed_files_, {});
+  if (!s.ok()) return s;
+  // Only after the commit: until then a header may still name the file. A file left behind by a
+  // crash here is unreferenced and removed by the next Open().
+  for (const std::string& key : doomed) {
+    if (absl::Status r = files_->Remove(key); !r.ok()) Log(LogLevel::kWarning, r.ToString());
+  }
+  return absl::OkStatus();
 }
 
 // Rebuilds the in-memory index from the database and repairs what a crash can leave behind:
@@ -291,15 +310,47 @@ absl::Status DiskTier::Recover() {
       AddBlobDeletion(key, &repairs);
       return;
     }
+    if (header->format_version != kCacheFormatVersion) {
+      // Format 2 kept the payload as chunks inside RocksDB; its tasks re-encode on first use.
+      Log(LogLevel::kInfo,
+          absl::StrCat("cache: KV blob ", key, " is in format ", header->format_version,
+                       " (this server writes ", kCacheFormatVersion,
+                       "); dropped, and re-encoded when its task is next used"));
+      ++counters_.old_format_blobs_dropped;
+      AddBlobDeletion(key, &repairs);
+      return;
+    }
+    auto size = files_->SizeOf(key);
+    if (!size.ok() || *size != header->total_bytes) {
+      ++counters_.corruptions_detected;
+      Log(LogLevel::kError,
+          absl::StrCat("cache: KV blob ", key, " has ",
+                       size.ok() ? absl::StrCat("a file of ", *size, " bytes, expected ",
+                                                header->total_bytes)
+                                 : std::string(size.status().message()),
+                       "; deleted"));
+      AddBlobDeletion(key, &repairs);
+      return;
+    }
     blobs_[key] = {header->total_bytes, access.count(key) ? access[key] : 0};
     bytes_ += header->total_bytes;
   });
   if (!s.ok()) return FromRocks(s, "scan blob headers");
-  if (repairs.Count() > 0) {
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    s = db_->Write(wo, &repairs);
-    if (!s.ok()) return FromRocks(s, "write recovery repairs");
+  if (repairs.Count() > 0 || !doomed_files_.empty()) {
+    if (absl::Status c = CommitLocked(&repairs, true, "write recovery repairs"); !c.ok()) return c;
+  }
+  // Files no committed header names: temporary files of writes a crash interrupted, and files
+  // whose header commit never happened or whose deletion committed before the unlink.
+  const BlobFiles::Listing listing = files_->List();
+  for (const std::filesystem::path& other : listing.others) {
+    ++counters_.staged_writes_recovered;
+    Log(LogLevel::kWarning,
+        absl::StrCat("cache: discarding uncommitted KV file ", other.filename().string()));
+    std::error_code ec;
+    std::filesystem::remove(other, ec);
+  }
+  for (const std::string& key : listing.keys) {
+    if (!blobs_.count(key)) files_->Remove(key).IgnoreError();
   }
   if (damaged_on_disk) {
     if (absl::Status m = MigrateTasksFamily(); !m.ok()) return m;
@@ -367,42 +418,18 @@ absl::Status DiskTier::WriteBlobLocked(const std::string& key, const EncodedCont
   header.shape = *shape;
   header.chunk_bytes = options_.chunk_bytes;
   header.total_bytes = shape->PayloadBytes();
-  const bool staged = header.total_bytes > options_.max_batch_bytes;
-  absl::Status s;
-  if (staged) {
-    // The marker is durable before any chunk can be: whatever a crash leaves, Open() finds it.
-    rocksdb::WriteOptions marker_options;
-    marker_options.sync = true;
-    s = FromRocks(db_->Put(marker_options, meta_, kPendingPrefix + key, ""), "mark staged write");
-    if (!s.ok()) return s;
-  }
-  // Staged chunk batches bypass the WAL: gigabytes of K/V are written once (to blob files by the
-  // flush below) instead of twice, and a restart has no WAL to replay.
-  rocksdb::WriteOptions chunk_options;
-  chunk_options.disableWAL = true;
-  rocksdb::WriteBatch batch;
-  s = ForEachPayloadChunk(
-      ctx, backend, options_.chunk_bytes, [&](uint64_t index, std::string_view chunk) {
-        header.chunk_checksums.push_back(ChunkChecksum(chunk));
-        batch.Put(kv_, ChunkKey(key, index), rocksdb::Slice(chunk.data(), chunk.size()))
-            .PermitUncheckedError();
-        if (staged && batch.GetDataSize() >= options_.max_batch_bytes) {
-          absl::Status w = FromRocks(db_->Write(chunk_options, &batch), "write chunks");
-          batch.Clear();
-          return w;
-        }
-        return absl::OkStatus();
-      });
+  // The payload goes to its own file, durable under its final name before the batch below
+  // (header, access time, the caller's records) refers to it.
+  auto writer = files_->Create(key);
+  if (!writer.ok()) return writer.status();
+  absl::Status s = ForEachPayloadChunk(ctx, backend, options_.chunk_bytes,
+                                       [&](uint64_t, std::string_view chunk) {
+                                         header.chunk_checksums.push_back(ChunkChecksum(chunk));
+                                         return writer->Append(chunk);
+                                       });
   if (!s.ok()) return s;
-  if (staged) {
-    // Chunks written without the WAL are durable once flushed (synced blob and table files, then
-    // the MANIFEST); only then may the commit below refer to them.
-    rocksdb::FlushOptions flush;
-    flush.wait = true;
-    s = FromRocks(db_->Flush(flush, kv_), "flush staged chunks");
-    if (!s.ok()) return s;
-    batch.Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
-  }
+  if (s = writer->Commit(); !s.ok()) return s;
+  rocksdb::WriteBatch batch;
   batch.Put(meta_, kHeaderPrefix + key, SerializeBlobHeader(header)).PermitUncheckedError();
   uint64_t now;
   {
@@ -412,10 +439,11 @@ absl::Status DiskTier::WriteBlobLocked(const std::string& key, const EncodedCont
   batch.Put(meta_, kAccessPrefix + key, EncodeU64(now)).PermitUncheckedError();
   // The caller's records (task record, ready marker) come last.
   if (add_records) add_records(&batch);
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  s = FromRocks(db_->Write(wo, &batch), "commit KV blob");
-  if (!s.ok()) return s;
+  s = CommitLocked(&batch, sync, "commit KV blob");
+  if (!s.ok()) {
+    files_->Remove(key).IgnoreError();  // nothing refers to it
+    return s;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   blobs_[key] = {header.total_bytes, now};
   bytes_ += header.total_bytes;
@@ -475,9 +503,7 @@ absl::Status DiskTier::PutTask(const TaskRecord& record, const EncodedContext* c
   if (!committed) {
     rocksdb::WriteBatch batch;
     add_records(&batch);
-    rocksdb::WriteOptions wo;
-    wo.sync = options_.sync_task_writes;
-    s = FromRocks(db_->Write(wo, &batch), "write task record");
+    s = CommitLocked(&batch, options_.sync_task_writes, "write task record");
     if (!s.ok()) return s;
   }
   {
@@ -552,9 +578,7 @@ absl::Status DiskTier::DeleteTask(const std::string& task_id, bool* key_unused) 
   }
   const bool had_blob = HasBlob(record->kv_key);
   if (last_user && had_blob) AddBlobDeletion(record->kv_key, &batch);
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync_task_writes;
-  absl::Status s = FromRocks(db_->Write(wo, &batch), "delete task");
+  absl::Status s = CommitLocked(&batch, options_.sync_task_writes, "delete task");
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   tasks_.erase(task_id);
@@ -602,16 +626,11 @@ bool DiskTier::HasBlob(const std::string& key) const {
 absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backend& backend,
                                                   DType memory_dtype) {
   if (!HasBlob(key)) return absl::NotFoundError(absl::StrCat("no KV blob ", key));
-  // One snapshot for the header and every chunk: a concurrent eviction (one atomic batch) is then
-  // either wholly visible (NOT_FOUND: re-encode) or not at all, never a blob with chunks missing.
-  struct Snapshot {
-    rocksdb::DB* db;
-    const rocksdb::Snapshot* snapshot;
-    ~Snapshot() { db->ReleaseSnapshot(snapshot); }
-  } snapshot{db_, db_->GetSnapshot()};
+  // A concurrent eviction or delete commits its batch, then unlinks the file: the header read
+  // here then either is gone (NOT_FOUND) or names a file that is whole, or gone by the time it is
+  // opened (NOT_FOUND: re-encode), or open already (Linux keeps an unlinked file readable).
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
-  ro.snapshot = snapshot.snapshot;
   std::string header_bytes;
   absl::Status s = FromRocks(db_->Get(ro, meta_, kHeaderPrefix + key, &header_bytes),
                              absl::StrCat("read KV header ", key));
@@ -626,33 +645,8 @@ absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backen
   memory_shape.dtype = memory_dtype;
   auto allocated = AllocateContext(backend, memory_shape);
   if (!allocated.ok()) return allocated.status();
-  EncodedContext& ctx = *allocated;
-  PayloadAssembler assembler(&ctx, header->shape.dtype, backend);
-  ro.fill_cache = false;  // one pass over gigabytes: keep the block cache for metadata
-  // Chunks carry our own end-to-end XXH3-64 (checked below, from serialization to use), so
-  // RocksDB's per-blob CRC32C is redundant here, and costly: this Debian build has no hardware
-  // CRC32C ("Fast CRC32 supported: Not supported on x86" in LOG), capping reads near 0.2 GB/s.
-  ro.verify_checksums = false;
-  rocksdb::PinnableSlice chunk;
-  for (uint64_t i = 0; i < header->ChunkCount(); ++i) {
-    chunk.Reset();
-    s = FromRocks(db_->Get(ro, kv_, ChunkKey(key, i), &chunk),
-                  absl::StrCat("read KV blob ", key, " chunk ", i));
-    if (absl::IsNotFound(s)) return absl::DataLossError(s.message());
-    if (!s.ok()) return s;
-    const std::string_view bytes(chunk.data(), chunk.size());
-    if (bytes.size() != header->ChunkSize(i)) {
-      return absl::DataLossError(absl::StrCat("KV blob ", key, " chunk ", i, " has ", bytes.size(),
-                                              " bytes, expected ", header->ChunkSize(i)));
-    }
-    if (ChunkChecksum(bytes) != header->chunk_checksums[i]) {
-      return absl::DataLossError(absl::StrCat("KV blob ", key, " chunk ", i, " checksum mismatch"));
-    }
-    if (absl::Status fed = assembler.Feed(bytes); !fed.ok()) return fed;
-  }
-  if (assembler.consumed() != header->total_bytes) {
-    return absl::DataLossError(absl::StrCat("KV blob ", key, " payload is short"));
-  }
+  s = files_->ReadPayload(*header, *allocated, backend);
+  if (!s.ok()) return s;  // NOT_FOUND: the file went with an eviction since the header was read
   // The copies into device memory must be done (and their errors seen) before the context is
   // published to other threads.
   s = backend.Synchronize();
@@ -678,7 +672,7 @@ absl::Status DiskTier::DeleteBlob(const std::string& key) {
   std::lock_guard<std::mutex> write_lock(write_mutex_);
   rocksdb::WriteBatch batch;
   AddBlobDeletion(key, &batch);
-  absl::Status s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "delete KV blob");
+  absl::Status s = CommitLocked(&batch, false, "delete KV blob");
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = blobs_.find(key); it != blobs_.end()) {
@@ -706,8 +700,10 @@ void DiskTier::EnforceBudgetLocked(const std::string& keep) {
     if (victim.empty()) return;
     rocksdb::WriteBatch batch;
     AddBlobDeletion(victim, &batch);
-    // Unsynced: if the eviction is lost in a crash the blob is simply still there.
-    if (!db_->Write(rocksdb::WriteOptions(), &batch).ok()) return;
+    // Unsynced: if the eviction is lost in a crash, the header is still there and so is the file
+    // (it is unlinked after the commit; an unlinked file whose deletion was lost is a blob with no
+    // file, which the next Open() counts and drops: a re-encode, never a wrong answer).
+    if (!CommitLocked(&batch, false, "evict KV blob").ok()) return;
     std::lock_guard<std::mutex> lock(mutex_);
     bytes_ -= blobs_[victim].bytes;
     blobs_.erase(victim);
@@ -749,6 +745,7 @@ DiskTier::Stats DiskTier::stats() const {
     if (db_->GetIntProperty(cf, "rocksdb.live-sst-files-size", &v)) s.sst_bytes += v;
     if (db_->GetIntProperty(cf, "rocksdb.total-blob-file-size", &v)) s.blob_file_bytes += v;
   }
+  s.blob_file_bytes += s.bytes;  // the KV files (their sizes are checked against the headers)
   return s;
 }
 

@@ -1,19 +1,19 @@
-// The RocksDB tier: task records and KV blobs in one database, durable across restarts.
+// The disk tier: task records and KV blob headers in RocksDB, KV payloads in files beside it
+// (cache/blob_files.h), durable across restarts.
 //
 // Column families: "tasks" ("t/<id>" -> TaskRecord, "ready/<id>" -> kv key, "q/<id>" -> why a task
-// is quarantined; named "tasks.N" after a damaged one was left behind), "kv" (blob chunks,
-// ChunkKey(key, i), stored in RocksDB blob files), "kv_meta" ("h/<key>" -> BlobHeader,
-// "a/<key>" -> last access for disk LRU, "p/<key>" -> a staged blob write in progress).
+// is quarantined; named "tasks.N" after a damaged one was left behind), "kv_meta" ("h/<key>" ->
+// BlobHeader with every chunk's XXH3-64, "a/<key>" -> last access for disk LRU), "kv" (payload
+// chunks of format 2, which this version drops at open; kept so that such a database opens).
 //
-// A task is written by one WriteBatch: its KV chunks, the blob header, the task record, and the
-// ready marker last, committed with sync=true. A blob larger than max_batch_bytes is staged: its
-// chunks go first in unsynced batches behind a "p/<key>" marker, and the final synced batch holds
-// the last chunks, the header, the record and the ready marker and deletes the marker. Either way
-// the header, record and ready marker become visible together, and only after every chunk; Open()
-// deletes the chunks of any staged write that never committed. Replacing a task overwrites its
-// record in that same final batch (deleting the previous blob there when it is unused), so the
-// previous version stays stored until the new one commits. Open() quarantines a task whose record
-// is damaged instead of failing. See cache/README.md.
+// A task is written as: its payload to DIR/kv_files/<key>.kv (temporary name, fsync, rename,
+// directory fsync), then one WriteBatch with the blob header, the task record and the ready
+// marker, committed with sync=true. So the header, record and ready marker become visible
+// together, and only after the whole payload is durable; Open() removes files no header names.
+// Deleting a blob commits the batch that removes its header first and unlinks the file after.
+// Replacing a task overwrites its record in that same batch (deleting the previous blob there
+// when it is unused), so the previous version stays stored until the new one commits. Open()
+// quarantines a task whose record is damaged instead of failing. See cache/README.md.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/blob_files.h"
 #include "cache/blob_format.h"
 #include "cache/cache_log.h"
 #include "cache/task_record.h"
@@ -57,10 +58,11 @@ class DiskTier {
     uint64_t tasks = 0;              // ready tasks
     uint64_t quarantined_tasks = 0;  // ready tasks whose record is damaged (QuarantinedTasks)
     uint64_t evictions = 0;
-    uint64_t corruptions_detected = 0;  // damaged headers or records found by Open
-    uint64_t staged_writes_recovered = 0;
-    uint64_t sst_bytes = 0;        // RocksDB's live SST files
-    uint64_t blob_file_bytes = 0;  // RocksDB's blob files
+    uint64_t corruptions_detected = 0;      // damaged headers or records found by Open
+    uint64_t staged_writes_recovered = 0;   // temporary KV files of interrupted writes removed
+    uint64_t old_format_blobs_dropped = 0;  // format 2 blobs dropped at open (re-encoded on use)
+    uint64_t sst_bytes = 0;                 // RocksDB's live SST files
+    uint64_t blob_file_bytes = 0;           // RocksDB's blob files
   };
 
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const std::filesystem::path& path,
@@ -125,7 +127,12 @@ class DiskTier {
   absl::Status WriteBlobLocked(const std::string& key, const EncodedContext& ctx, Backend& backend,
                                const std::function<void(rocksdb::WriteBatch*)>& add_records,
                                bool sync);
+  // Adds the deletion of the blob's header, access time (and format 2 chunks) to `batch`, and
+  // dooms its file: CommitLocked unlinks it once the batch has committed.
   void AddBlobDeletion(const std::string& key, rocksdb::WriteBatch* batch);
+  // Writes `batch`, then unlinks the doomed files (none when the write failed). Caller holds
+  // write_mutex_ (or is Open()).
+  absl::Status CommitLocked(rocksdb::WriteBatch* batch, bool sync, std::string_view what);
   // Evicts least recently used blobs other than `keep` until the budget holds. Caller holds
   // write_mutex_.
   void EnforceBudgetLocked(const std::string& keep);
@@ -139,8 +146,10 @@ class DiskTier {
   rocksdb::ColumnFamilyHandle* kv_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
 
-  std::mutex write_mutex_;    // one writer at a time (staged writes, budget)
-  mutable std::mutex mutex_;  // the in-memory index below
+  std::unique_ptr<BlobFiles> files_;
+  std::mutex write_mutex_;                 // one writer at a time (files, batches, budget)
+  std::vector<std::string> doomed_files_;  // guarded by write_mutex_
+  mutable std::mutex mutex_;               // the in-memory index below
   std::map<std::string, TaskRecord> tasks_;
   std::map<std::string, std::string> quarantined_;      // task id -> why its record is unreadable
   std::map<std::string, std::set<std::string>> users_;  // kv key -> task ids

@@ -1,5 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@ using cpu_internal::ParallelRows;
 using cpu_internal::RequireF32;
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
 
 int ResolveThreads(int threads) {
   if (threads > 0) return threads;
@@ -30,9 +33,14 @@ Tensor AllocateAligned(DType dtype, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   size_t bytes = std::max<size_t>(kAlignment, static_cast<size_t>(n) * DTypeSize(dtype));
-  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* data = std::aligned_alloc(kAlignment, bytes);
+  // Large tensors (weights, K/V) get transparent huge pages: first touch of a 2 GB restored
+  // context otherwise spends most of its time in 4 KiB page faults, and every later pass over
+  // it in TLB misses. The kernel's THP mode is often "madvise", hence the advice.
+  const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
+  bytes = (bytes + alignment - 1) / alignment * alignment;
+  void* data = std::aligned_alloc(alignment, bytes);
   if (data == nullptr) return Tensor();
+  if (alignment == kHugePage) madvise(data, bytes, MADV_HUGEPAGE);
   auto buffer =
       std::make_shared<Buffer>(data, bytes, Device::kCPU, [](void* p, size_t) { std::free(p); });
   return Tensor(std::move(buffer), dtype, std::move(shape));

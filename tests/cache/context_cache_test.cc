@@ -29,7 +29,6 @@ class ContextCacheTest : public ::testing::Test {
   void SetUp() override {
     dir_ = FreshTempDir("cc");
     options_.chunk_bytes = 4096;
-    options_.max_batch_bytes = 64 << 10;  // larger blobs take the staged path
     options_.log = [this](LogLevel, const std::string& m) { log_.push_back(m); };
   }
   void TearDown() override {
@@ -67,6 +66,21 @@ class ContextCacheTest : public ::testing::Test {
     ASSERT_TRUE(db()->Get(rocksdb::ReadOptions(), cf, key, &value).ok());
     value[at % value.size()] ^= 0x10;
     ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), cf, key, value).ok());
+  }
+  // Flips one bit of byte `at` of the KV file of `key`.
+  void FlipByteOfFile(const std::string& key, uint64_t at) {
+    const std::filesystem::path path = KvFile(key);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.is_open()) << path;
+    f.seekg(static_cast<std::streamoff>(at));
+    char c;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&c, 1);
+  }
+  std::filesystem::path KvFile(const std::string& key) const {
+    return dir_ / "kv_files" / (key + ".kv");
   }
   bool Logged(const std::string& fragment) const {
     for (const auto& m : log_) {
@@ -185,7 +199,7 @@ TEST_F(ContextCacheTest, FlippedByteInAStoredChunkIsDetectedNotServedAndReEncode
   const EncodedContext original = Synthetic(5);
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
   Reopen();  // memory tier empty
-  FlipByteOfValue(cache_->disk().kv_family(), ChunkKey("k", 7), 1234);
+  FlipByteOfFile("k", 7 * options_.chunk_bytes + 1234);
   auto pinned = cache_->Acquire("k", Encoder(5));
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");  // the re-encoded one
@@ -220,14 +234,14 @@ TEST_F(ContextCacheTest, DamagedHeaderIsDetectedAtOpen) {
   EXPECT_EQ(CompareContexts(**pinned, Synthetic(6), TestBackend()), "");
 }
 
-TEST_F(ContextCacheTest, MissingChunkAndFailedShapeCheckAreCorruption) {
+TEST_F(ContextCacheTest, TruncatedFileAndFailedShapeCheckAreCorruption) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), Synthetic(7)).ok());
   Reopen();
-  ASSERT_TRUE(
-      db()->Delete(rocksdb::WriteOptions(), cache_->disk().kv_family(), ChunkKey("k", 3)).ok());
+  std::filesystem::resize_file(KvFile("k"), std::filesystem::file_size(KvFile("k")) - 100);
   ASSERT_TRUE(cache_->Acquire("k", Encoder(7)).ok());
   EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
+  EXPECT_TRUE(Logged("bytes, expected")) << ::testing::PrintToString(log_);
   Reopen();
   // A blob whose shape does not match the task (the validate hook, IclTask::CheckContext).
   auto rejecting = [](const EncodedContext&) { return absl::DataLossError("tokens mismatch"); };
@@ -237,42 +251,70 @@ TEST_F(ContextCacheTest, MissingChunkAndFailedShapeCheckAreCorruption) {
   EXPECT_TRUE(Logged("tokens mismatch"));
 }
 
-// The blob file itself damaged on disk (what a bad sector or a torn copy looks like): RocksDB's
-// own checksums or ours catch it; either way the KV is not served and is re-encoded.
-TEST_F(ContextCacheTest, FlippedByteInABlobFileOnDiskIsDetected) {
+// A KV file whose size no longer matches its header (a torn copy, a file from elsewhere): found by
+// Open() itself, before any read; the task stays and its KV is re-encoded on demand.
+TEST_F(ContextCacheTest, AKvFileOfTheWrongSizeIsCorruptionFoundAtOpen) {
   Reopen();
   const EncodedContext original = Synthetic(8);
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
-  ASSERT_TRUE(cache_->disk().Flush().ok());
   cache_.reset();
-  std::filesystem::path largest;
-  uintmax_t largest_size = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-    if (e.path().extension() == ".blob" && e.file_size() > largest_size) {
-      largest = e.path();
-      largest_size = e.file_size();
-    }
-  }
-  ASSERT_GT(largest_size, original.bytes() / 2) << "KV not in a blob file";
   {
-    std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
-    // Past the middle by 1234: inside a value, not on a 41-byte record header (records are
-    // 4137-byte strides here, and the exact middle lands on one).
-    const auto at = static_cast<std::streamoff>(largest_size / 2 + 1234);
-    f.seekg(at);
-    char c;
-    f.read(&c, 1);
-    c ^= 0x01;
-    f.seekp(at);
-    f.write(&c, 1);
+    std::ofstream f(KvFile("k"), std::ios::app | std::ios::binary);
+    f << "trailing bytes";
   }
   Reopen();
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
+  EXPECT_EQ(cache_->Stats().disk_entries, 0u);
+  EXPECT_FALSE(std::filesystem::exists(KvFile("k")));
+  EXPECT_TRUE(Logged("expected")) << ::testing::PrintToString(log_);
   auto pinned = cache_->Acquire("k", Encoder(8));
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
   EXPECT_EQ(encoder_calls_, 1);
-  EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
-  std::printf("[ info ] detected as: %s\n", log_.empty() ? "" : log_.back().c_str());
+}
+
+// Format 2 kept payloads as chunks inside RocksDB. Such a blob is dropped at open (logged, counted,
+// its chunks deleted) and its task, which stays, re-encodes on first use under format 3.
+TEST_F(ContextCacheTest, AFormatTwoBlobIsDroppedAtOpenAndItsTaskReEncodes) {
+  Reopen();
+  const EncodedContext original = Synthetic(9);
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
+  // Rewrite it as format 2 left it: the header says version 2, the payload is in "kv" chunks.
+  std::string header_bytes;
+  ASSERT_TRUE(
+      db()->Get(rocksdb::ReadOptions(), cache_->disk().meta_family(), "h/k", &header_bytes).ok());
+  auto header = ParseBlobHeader(header_bytes);
+  ASSERT_TRUE(header.ok()) << header.status();
+  header->format_version = 2;
+  ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), cache_->disk().meta_family(), "h/k",
+                        SerializeBlobHeader(*header))
+                  .ok());
+  for (uint64_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), cache_->disk().kv_family(), ChunkKey("k", i),
+                          std::string(4096, 'x'))
+                    .ok());
+  }
+  cache_.reset();
+  std::filesystem::remove(KvFile("k"));
+  Reopen();
+  EXPECT_EQ(cache_->disk().stats().old_format_blobs_dropped, 1u);
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
+  EXPECT_EQ(cache_->Stats().disk_entries, 0u);
+  EXPECT_TRUE(Logged("is in format 2")) << ::testing::PrintToString(log_);
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db()->NewIterator(rocksdb::ReadOptions(), cache_->disk().kv_family()));
+    it->SeekToFirst();
+    EXPECT_FALSE(it->Valid()) << "format 2 chunks left behind";
+  }
+  ASSERT_EQ(cache_->ListTasks().size(), 1u);
+  auto pinned = cache_->Acquire("k", Encoder(9));
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(cache_->Stats().re_encodes, 1u);
+  pinned->Release();
+  Reopen();
+  ASSERT_TRUE(cache_->Acquire("k", NoEncoder()).ok());  // stored again, as format 3
 }
 
 TEST_F(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
@@ -304,15 +346,14 @@ TEST_F(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
   EXPECT_EQ(s.disk_bytes, 2 * blob);
 }
 
-TEST_F(ContextCacheTest, UncommittedStagedWriteAndRecordWithoutReadyMarkerAreNeverVisible) {
+TEST_F(ContextCacheTest, UncommittedKvFilesAndRecordWithoutReadyMarkerAreNeverVisible) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("good", "kg"), Synthetic(13)).ok());
-  // What a crash in the middle of a staged write leaves: the marker and some chunks, no header.
-  auto* kv = cache_->disk().kv_family();
-  ASSERT_TRUE(db()->Put(rocksdb::WriteOptions(), cache_->disk().meta_family(), "p/kx", "").ok());
-  for (uint64_t i = 0; i < 5; ++i) {
-    ASSERT_TRUE(
-        db()->Put(rocksdb::WriteOptions(), kv, ChunkKey("kx", i), std::string(4096, 'x')).ok());
+  // What a crash in the middle of a write leaves: a temporary file, and a renamed file whose
+  // header batch never committed.
+  {
+    std::ofstream(dir_ / "kv_files" / "kx.kv.tmp") << std::string(4096, 'x');
+    std::ofstream(KvFile("ky")) << std::string(4096, 'y');
   }
   // And a task record whose batch never got its ready marker (impossible with one batch, but the
   // reader must not depend on that).
@@ -322,17 +363,15 @@ TEST_F(ContextCacheTest, UncommittedStagedWriteAndRecordWithoutReadyMarkerAreNev
                   .ok());
   Reopen();
   tasks = cache_->disk().tasks_family();
-  kv = cache_->disk().kv_family();
   std::string ghost;
   EXPECT_TRUE(db()->Get(rocksdb::ReadOptions(), tasks, "t/ghost", &ghost).IsNotFound());
   EXPECT_EQ(cache_->disk().stats().staged_writes_recovered, 1u);
-  std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(rocksdb::ReadOptions(), kv));
-  int orphan_chunks = 0;
-  for (it->Seek("kx"); it->Valid() && it->key().starts_with("kx"); it->Next()) ++orphan_chunks;
-  EXPECT_EQ(orphan_chunks, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "kv_files" / "kx.kv.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(KvFile("ky")));
+  EXPECT_TRUE(std::filesystem::exists(KvFile("kg")));
   ASSERT_EQ(cache_->ListTasks().size(), 1u);
   EXPECT_EQ(cache_->ListTasks()[0].task_id, "good");
-  EXPECT_TRUE(Logged("discarding uncommitted KV blob kx"));
+  EXPECT_TRUE(Logged("discarding uncommitted KV file kx.kv.tmp"));
 }
 
 TEST_F(ContextCacheTest, EagerRestoreLoadsAtOpenWithoutEncoding) {
