@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -201,8 +202,9 @@ int RunSoakBench(const BenchOptions& options) {
   };
   const auto period = std::chrono::duration<double>(std::max(0.1, options.sample_seconds));
   auto sample_until = [&](double until_seconds, SoakSample::Phase phase) {
-    auto next = start + std::chrono::duration_cast<Clock::duration>(
-                            period * (static_cast<double>(samples.size()) + 1));
+    // The next multiple of the period after now (the drain sample falls between two).
+    const double periods = std::floor(Seconds(Clock::now() - start) / period.count()) + 1;
+    auto next = start + std::chrono::duration_cast<Clock::duration>(period * periods);
     const auto end = start + std::chrono::duration_cast<Clock::duration>(
                                  std::chrono::duration<double>(until_seconds));
     while (next <= end) {
@@ -265,6 +267,7 @@ int RunSoakBench(const BenchOptions& options) {
   report.Add("threads_first_sample", samples.empty() ? -1 : samples.front().threads);
   report.Add("threads_middle_third_max", v.threads_middle_max);
   report.Add("threads_last_third_max", v.threads_last_max);
+  report.Add("threads_drain", v.threads_drain, "(as the streams closed)");
   report.Add("threads_idle_end", v.threads_idle_end);
   report.Add("levels_off", v.levels_off() ? 1 : 0, v.enough_samples ? "" : "(too few samples)");
   report.AddText("criterion", SoakVerdict::Criterion());

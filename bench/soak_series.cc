@@ -27,13 +27,18 @@ double PercentileOf(std::vector<double> values, double p) {
 const char* SoakVerdict::Criterion() {
   return "load cut into thirds by time; RSS levels off when mean(last third) - mean(middle "
          "third) <= max(8 MiB, 2% of the middle); threads when max(last third) <= max(middle "
-         "third); after idle neither above its load maximum (RSS + 8 MiB)";
+         "third); at the end of the idle phase neither above its maximum under load or while the "
+         "streams closed (RSS + 8 MiB)";
 }
 
 SoakVerdict JudgeSoak(const std::vector<SoakSample>& samples, double duration_seconds) {
   SoakVerdict v;
   std::vector<const SoakSample*> middle, last;
   for (const SoakSample& s : samples) {
+    if (s.phase == SoakSample::Phase::kDrain) {
+      v.threads_drain = s.threads;
+      v.rss_drain_mib = s.rss_mib;
+    }
     if (s.phase != SoakSample::Phase::kLoad || s.rss_mib < 0) continue;
     v.rss_load_max_mib = std::max(v.rss_load_max_mib, s.rss_mib);
     v.threads_load_max = std::max(v.threads_load_max, s.threads);
@@ -85,7 +90,8 @@ SoakVerdict JudgeSoak(const std::vector<SoakSample>& samples, double duration_se
   const SoakSample& end = samples.back();
   v.rss_idle_end_mib = end.rss_mib;
   v.threads_idle_end = end.threads;
-  v.idle_ok = end.rss_mib <= v.rss_load_max_mib + 8.0 && end.threads <= v.threads_load_max;
+  v.idle_ok = end.rss_mib <= std::max(v.rss_load_max_mib, v.rss_drain_mib) + 8.0 &&
+              end.threads <= std::max(v.threads_load_max, v.threads_drain);
   return v;
 }
 
