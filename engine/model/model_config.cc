@@ -62,7 +62,8 @@ class KeyReader {
     }
     if (v.is_number_float()) {
       double d = v.get<double>();
-      if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -9e18 && d < 9e18) {
+      // The range first: converting a double outside int64_t's range is undefined behaviour.
+      if (d > -9e18 && d < 9e18 && d == static_cast<double>(static_cast<int64_t>(d))) {
         return static_cast<int64_t>(d);
       }
     }
