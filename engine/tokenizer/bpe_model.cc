@@ -44,8 +44,12 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
     if (id < 0) return absl::InvalidArgumentError(absl::StrCat("negative id for token ", token));
     max_id = std::max(max_id, id);
   }
-  if (max_id >= (1 << 28)) {
-    return absl::InvalidArgumentError(absl::StrCat("vocabulary id too large: ", max_id));
+  // Ids index a table, so they must be dense: a few bytes naming id 77777193 would otherwise
+  // make the loader allocate gigabytes. Real vocabularies number their tokens 0..N-1.
+  if (max_id >= 0 && static_cast<size_t>(max_id) >= vocab.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vocabulary id ", max_id, " is not below the ",
+                                                   vocab.size(),
+                                                   " tokens: ids must be numbered 0..N-1"));
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (const auto& [token, id] : vocab) m->id_to_token_[static_cast<size_t>(id)] = token;

@@ -122,6 +122,7 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
   for (int32_t id : ids) {
     const std::string* token = TokenString(id);
     if (token == nullptr) {
+      if (id >= 0 && id < vocab_size_) continue;  // a gap in the file's ids: no text, as in HF
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", id, " is out of range [0, ", vocab_size_, ")"));
     }

@@ -32,7 +32,8 @@ class Tokenizer {
   // Decodes ids to text: special tokens included verbatim, byte-fallback bytes reassembled.
   // Byte sequences that are not valid UTF-8 (a prefix of a multi-byte character, say) become
   // U+FFFD, as in Hugging Face, so the result is always valid UTF-8. An id out of range ->
-  // InvalidArgument.
+  // InvalidArgument; an id in range that names no token (the files' ids may leave gaps) decodes
+  // to nothing, as Hugging Face's decode skips it.
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
 
   // One past the largest id (vocabulary plus added tokens), like len(hf_tokenizer).

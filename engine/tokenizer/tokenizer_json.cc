@@ -323,6 +323,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const Special
       t.single_word = BoolOr(a, "single_word", false);
       spec.added_tokens.push_back(std::move(t));
     }
+    // Added tokens follow the vocabulary (or replace entries of it): an id beyond both would
+    // size the id table by the file's say-so instead of its contents (see BpeModel::Create).
+    const size_t id_limit = spec.model->id_to_token().size() + spec.added_tokens.size();
+    for (const AddedToken& t : spec.added_tokens) {
+      if (static_cast<size_t>(t.id) >= id_limit) {
+        return Bad(absl::StrCat("added token \"", t.content, "\" has id ", t.id, ", not below the ",
+                                id_limit, " tokens of the vocabulary and added_tokens together"));
+      }
+    }
   }
   spec.kind = spec.model->options().byte_level ? "bpe-bytelevel" : "bpe-sentencepiece";
   spec.fingerprint = std::move(fingerprint);
