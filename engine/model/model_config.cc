@@ -79,7 +79,9 @@ class KeyReader {
     const Json& v = obj_.at(key);
     if (!v.is_number()) return Error(key, "must be a number");
     double d = v.get<double>();
-    if (!(d > 0) || d > 1e30) return Error(key, "must be a positive finite number");
+    // Stored as float: below 1e-30 an epsilon heads for float's subnormals and then 0 (1e-60
+    // became an eps of 0, a division by zero in the norms), above 1e30 for infinity.
+    if (!(d >= 1e-30 && d <= 1e30)) return Error(key, "must be a number in [1e-30, 1e30]");
     return d;
   }
 
