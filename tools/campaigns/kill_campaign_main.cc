@@ -344,7 +344,8 @@ int Campaign::Run(int cycles) {
     auto server = StartVictim();
     if (!server) return fatal_.empty() ? 1 : 2;
     auto stub = v1::ManyShot::NewStub(server->Channel());
-    const CheckFigures check = CheckAfterRestart(*stub, state_, *reference_, findings_);
+    const CheckFigures check = CheckAfterRestart(*stub, state_, *reference_, findings_,
+                                                 work_ / "victim" / "data" / "cache" / "kv_files");
     figures_.tasks_checked += check.tasks_checked;
     figures_.tasks_present += check.tasks_present;
     figures_.scores_checked += check.scores_checked;

@@ -41,7 +41,8 @@ std::map<std::string, v1::Task> ListAll(v1::ManyShot::Stub& stub, Findings& find
 }  // namespace
 
 CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
-                               const ReferenceScores& reference, Findings& findings) {
+                               const ReferenceScores& reference, Findings& findings,
+                               const std::filesystem::path& kv_files) {
   CheckFigures figures;
   const std::map<std::string, v1::Task> listed = ListAll(stub, findings);
   std::set<std::string> known(state.ids().begin(), state.ids().end());
@@ -139,6 +140,26 @@ CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
                      " KV entries, ", info.cache().disk_bytes(),
                      " KV bytes on disk; the tasks present need ", figures.tasks_present, ", ",
                      kv_bytes.size(), ", ", expected_bytes));
+  }
+  // The payload files: one per entry (Open removes temporaries and files no header names).
+  std::error_code ec;
+  uint64_t payloads = 0;
+  std::vector<std::string> others;
+  for (const auto& entry : std::filesystem::directory_iterator(kv_files, ec)) {
+    if (entry.path().extension() == ".kv") {
+      ++payloads;
+    } else {
+      others.push_back(entry.path().filename().string());
+    }
+  }
+  if (ec && info.cache().disk_entries() > 0) {
+    findings.Add("kv_accounting", "cannot list " + kv_files.string() + ": " + ec.message() +
+                                      " (has the KV file layout changed?)");
+  } else if (!ec && (payloads != info.cache().disk_entries() || !others.empty())) {
+    findings.Add("kv_accounting",
+                 absl::StrCat(kv_files.string(), " holds ", payloads, " .kv files for ",
+                              info.cache().disk_entries(), " KV entries, and ", others.size(),
+                              " other files", others.empty() ? "" : " (" + others.front() + ")"));
   }
   return figures;
 }

@@ -5,6 +5,8 @@
 // exactly the entries of the tasks present (no orphans of an interrupted encode or delete).
 #pragma once
 
+#include <filesystem>
+
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "tools/campaigns/expected_state.h"
 #include "tools/campaigns/findings.h"
@@ -22,8 +24,11 @@ struct CheckFigures {
   int interrupted_took_effect = 0;
 };
 
-// Also resolves `state` to what was found, so the next cycle starts from it.
+// Also resolves `state` to what was found, so the next cycle starts from it. `kv_files` is the
+// directory of the server's KV payload files (DATA_DIR/cache/kv_files): after a restart it holds
+// exactly one <key>.kv per KV entry, and no temporary file of an interrupted write.
 CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
-                               const ReferenceScores& reference, Findings& findings);
+                               const ReferenceScores& reference, Findings& findings,
+                               const std::filesystem::path& kv_files);
 
 }  // namespace manyshot::campaign
