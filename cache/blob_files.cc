@@ -183,6 +183,50 @@ absl::StatusOr<BlobFiles::Writer> BlobFiles::Create(const std::string& key) cons
   return Writer(fd, std::move(temp), PathOf(key), dir_);
 }
 
+absl::StatusOr<std::vector<uint64_t>> BlobFiles::WritePayload(const std::string& key,
+                                                              const EncodedContext& ctx,
+                                                              Backend& backend,
+                                                              uint64_t chunk_bytes) const {
+  auto writer = Create(key);
+  if (!writer.ok()) return writer.status();
+  std::vector<uint64_t> checksums;
+  absl::Status s;
+  if (backend.device() != Device::kCPU) {
+    s = ForEachPayloadChunk(ctx, backend, chunk_bytes, [&](uint64_t, std::string_view chunk) {
+      checksums.push_back(ChunkChecksum(chunk));
+      return writer->Append(chunk);
+    });
+  } else {
+    // Host memory: chunk boundaries run across the segments; each piece is checksummed and
+    // written where it lies, with no staging copy.
+    XXH3_state_t* state = XXH3_createState();
+    if (state == nullptr) return absl::ResourceExhaustedError("XXH3 state");
+    XXH3_64bits_reset(state);
+    uint64_t in_chunk = 0;
+    for (const Tensor& segment : PayloadSegments(ctx)) {
+      const char* p = static_cast<const char*>(segment.raw());
+      uint64_t left = segment.bytes();
+      while (left > 0 && s.ok()) {
+        const uint64_t piece = std::min(left, chunk_bytes - in_chunk);
+        XXH3_64bits_update(state, p, piece);
+        s = writer->Append(std::string_view(p, piece));
+        p += piece;
+        left -= piece;
+        if ((in_chunk += piece) == chunk_bytes) {
+          checksums.push_back(XXH3_64bits_digest(state));
+          XXH3_64bits_reset(state);
+          in_chunk = 0;
+        }
+      }
+    }
+    if (in_chunk > 0) checksums.push_back(XXH3_64bits_digest(state));
+    XXH3_freeState(state);
+  }
+  if (!s.ok()) return s;
+  if (s = writer->Commit(); !s.ok()) return s;
+  return checksums;
+}
+
 absl::Status BlobFiles::Remove(const std::string& key) const {
   const std::filesystem::path path = PathOf(key);
   if (unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("remove", path);

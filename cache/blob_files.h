@@ -46,6 +46,14 @@ class BlobFiles {
   // One writer per key at a time (the disk tier's write lock).
   absl::StatusOr<Writer> Create(const std::string& key) const;
 
+  // Writes `ctx`'s payload (its own dtype) as the blob of `key` in chunks of `chunk_bytes` and
+  // commits it (durable under its final name); returns each chunk's XXH3-64. From host memory the
+  // bytes are written straight from the tensors (checksummed there); from a GPU, through a host
+  // chunk buffer.
+  absl::StatusOr<std::vector<uint64_t>> WritePayload(const std::string& key,
+                                                     const EncodedContext& ctx, Backend& backend,
+                                                     uint64_t chunk_bytes) const;
+
   // Unlinks the blob's file; OK when there is none.
   absl::Status Remove(const std::string& key) const;
 

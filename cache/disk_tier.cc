@@ -420,15 +420,10 @@ absl::Status DiskTier::WriteBlobLocked(const std::string& key, const EncodedCont
   header.total_bytes = shape->PayloadBytes();
   // The payload goes to its own file, durable under its final name before the batch below
   // (header, access time, the caller's records) refers to it.
-  auto writer = files_->Create(key);
-  if (!writer.ok()) return writer.status();
-  absl::Status s = ForEachPayloadChunk(ctx, backend, options_.chunk_bytes,
-                                       [&](uint64_t, std::string_view chunk) {
-                                         header.chunk_checksums.push_back(ChunkChecksum(chunk));
-                                         return writer->Append(chunk);
-                                       });
-  if (!s.ok()) return s;
-  if (s = writer->Commit(); !s.ok()) return s;
+  auto checksums = files_->WritePayload(key, ctx, backend, options_.chunk_bytes);
+  if (!checksums.ok()) return checksums.status();
+  header.chunk_checksums = *std::move(checksums);
+  absl::Status s;
   rocksdb::WriteBatch batch;
   batch.Put(meta_, kHeaderPrefix + key, SerializeBlobHeader(header)).PermitUncheckedError();
   uint64_t now;
