@@ -6,7 +6,8 @@
 // references on the same filesystem, with the same bytes: a plain buffered read() of a file
 // (warm), an O_DIRECT read of it (cold), and a plain write() + fsync of it (store). Targets
 // (issue #10): warm restore >= 0.5 of the buffered read, cold restore >= 0.7 of the O_DIRECT read,
-// restore >= 20x faster than re-encoding, store >= 0.5 of the plain write.
+// restore >= 20x faster than re-encoding, store >= 0.5 of the plain write. Restores and reads:
+// best of three rounds each; the store and the plain write: one each.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -98,6 +99,10 @@ double DropFromPageCache(const std::filesystem::path& path) {
 
 }  // namespace
 
+// Restores and reads are timed this many times each, and the best is reported (on a shared
+// machine, the other load decides the rest).
+constexpr int kRounds = 3;
+
 int RunCacheBench(const BenchOptions& options) {
   Report report("cache", options.json);
   report.Add("threads", options.threads);
@@ -158,15 +163,18 @@ int RunCacheBench(const BenchOptions& options) {
     if (absl::Status s = WritePlainFile(*storage, backend, plain); !s.ok()) return Fail("file", s);
     const double write_s = Seconds(std::chrono::steady_clock::now() - start);
     storage = absl::UnknownError("released");
-    ReadPlainFile(plain, false);  // warm, as the KV file is after being written
-    start = std::chrono::steady_clock::now();
-    const size_t read_bytes = ReadPlainFile(plain, false);
-    const double read_s = Seconds(std::chrono::steady_clock::now() - start);
-    start = std::chrono::steady_clock::now();
-    const size_t direct_bytes = ReadPlainFile(plain, true);
-    const double direct_s = Seconds(std::chrono::steady_clock::now() - start);
-    if (static_cast<double>(read_bytes) != bytes || static_cast<double>(direct_bytes) != bytes) {
-      return Fail("plain read", absl::InternalError("short read"));
+    ReadPlainFile(plain, false);            // warm, as the KV file is after being written
+    double read_s = 1e30, direct_s = 1e30;  // best of kRounds, as the restores below
+    for (int round = 0; round < kRounds; ++round) {
+      start = std::chrono::steady_clock::now();
+      const size_t read_bytes = ReadPlainFile(plain, false);
+      read_s = std::min(read_s, Seconds(std::chrono::steady_clock::now() - start));
+      start = std::chrono::steady_clock::now();
+      const size_t direct_bytes = ReadPlainFile(plain, true);
+      direct_s = std::min(direct_s, Seconds(std::chrono::steady_clock::now() - start));
+      if (static_cast<double>(read_bytes) != bytes || static_cast<double>(direct_bytes) != bytes) {
+        return Fail("plain read", absl::InternalError("short read"));
+      }
     }
 
     // Restores into a fresh cache: the KV file warm, then cold.
@@ -185,10 +193,18 @@ int RunCacheBench(const BenchOptions& options) {
       return absl::OkStatus();
     };
     ReadPlainFile(kv_file, false);  // warm (it mostly is, having just been written)
-    double warm_s = 0, cold_s = 0;
-    if (absl::Status s = restore(&warm_s); !s.ok()) return Fail("warm restore", s);
-    const double resident = DropFromPageCache(kv_file);
-    if (absl::Status s = restore(&cold_s); !s.ok()) return Fail("cold restore", s);
+    double warm_s = 1e30, cold_s = 1e30, resident = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      double seconds = 0;
+      if (absl::Status s = restore(&seconds); !s.ok()) return Fail("warm restore", s);
+      warm_s = std::min(warm_s, seconds);
+    }
+    for (int round = 0; round < kRounds; ++round) {
+      double seconds = 0;
+      resident = std::max(resident, DropFromPageCache(kv_file));
+      if (absl::Status s = restore(&seconds); !s.ok()) return Fail("cold restore", s);
+      cold_s = std::min(cold_s, seconds);
+    }
 
     report.Add(p + "kv_bytes", bytes, "bytes");
     report.Add(p + "store_seconds", store_s, "s (KV file written and fsynced, then the commit)");
