@@ -141,6 +141,7 @@ int RunCacheBench(const BenchOptions& options) {
     ContextCacheOptions cache_options;
     cache_options.kv_dtype = dtype;
     cache_options.memory_budget_bytes = uint64_t{16} << 30;
+    cache_options.memory_holds_storage_dtype = true;  // as the server runs it (server_app.cc)
     const std::string key = CacheKeyForTask(**model, **tokenizer, **task, dtype);
     const std::filesystem::path kv_file = dir / "kv_files" / (key + ".kv");
     TaskRecord record{"sst2-1000", "bench", "sst2:1000", "", key, 0};

@@ -1,6 +1,7 @@
 #include "cache/blob_files.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -253,6 +254,51 @@ absl::StatusOr<uint64_t> BlobFiles::SizeOf(const std::string& key) const {
   const std::filesystem::path path = PathOf(key);
   if (stat(path.c_str(), &st) != 0) return ErrnoError("stat", path);
   return static_cast<uint64_t>(st.st_size);
+}
+
+absl::StatusOr<EncodedContext> BlobFiles::MapPayload(const BlobHeader& header) const {
+  if (header.total_bytes == 0 || header.shape.tokens == 0) {
+    return absl::UnimplementedError("an empty payload is not mapped");
+  }
+  const std::filesystem::path path = PathOf(header.key);
+  Fd file{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) return ErrnoError("open", path);  // NOT_FOUND: evicted or deleted since
+  struct stat st {};
+  if (fstat(file.fd, &st) != 0) return ErrnoError("stat", path);
+  if (static_cast<uint64_t>(st.st_size) != header.total_bytes) {
+    return absl::DataLossError(absl::StrCat("KV file ", path.string(), " has ", st.st_size,
+                                            " bytes, expected ", header.total_bytes));
+  }
+  // A cold file is read ahead whole while the checksums below walk it.
+  posix_fadvise(file.fd, 0, 0, POSIX_FADV_WILLNEED);
+  void* map = mmap(nullptr, header.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd, 0);
+  if (map == MAP_FAILED) return ErrnoError("map", path);
+  auto buffer = std::make_shared<Buffer>(map, header.total_bytes, Device::kCPU,
+                                         [](void* p, size_t n) { munmap(p, n); });
+  const char* bytes = static_cast<const char*>(map);
+  const uint64_t chunks = header.ChunkCount();
+  const unsigned threads = static_cast<unsigned>(
+      std::min<uint64_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
+  std::atomic<uint64_t> next{0};
+  std::atomic<int64_t> bad{-1};
+  auto work = [&] {
+    for (uint64_t i = next++; i < chunks; i = next++) {
+      const std::string_view chunk(bytes + i * header.chunk_bytes, header.ChunkSize(i));
+      if (ChunkChecksum(chunk) != header.chunk_checksums[i]) {
+        bad = static_cast<int64_t>(i);
+        next = chunks;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (bad >= 0) {
+    return absl::DataLossError(
+        absl::StrCat("KV blob ", header.key, " chunk ", bad.load(), " checksum mismatch"));
+  }
+  return ContextOverBuffer(std::move(buffer), header.shape);
 }
 
 absl::Status BlobFiles::ReadPayload(const BlobHeader& header, EncodedContext& ctx,

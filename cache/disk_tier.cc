@@ -636,6 +636,13 @@ absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backen
     return absl::DataLossError(absl::StrCat("KV blob ", key, " header names key ", header->key,
                                             " version ", header->format_version));
   }
+  if (backend.device() == Device::kCPU && memory_dtype == header->shape.dtype) {
+    auto mapped = files_->MapPayload(*header);
+    if (!absl::IsUnimplemented(mapped.status())) {
+      if (mapped.ok()) Touch(key);
+      return mapped;  // NOT_FOUND: the file went with an eviction since the header was read
+    }
+  }
   KvShape memory_shape = header->shape;
   memory_shape.dtype = memory_dtype;
   auto allocated = AllocateContext(backend, memory_shape);
