@@ -154,6 +154,29 @@ TEST_F(ContextCacheTest, Bf16StorageHalvesBytesAndRoundTripsBitExact) {
   EXPECT_EQ(CompareContexts(*ToF32(**narrow, TestBackend()), expected, TestBackend()), "");
 }
 
+// A restore into host memory in the storage dtype maps the KV file: a write to the restored
+// context copies its page and never reaches the file, and a context stays whole after its file is
+// unlinked by a delete.
+TEST_F(ContextCacheTest, AMappedRestoreIsPrivateAndOutlivesItsFile) {
+  Reopen();
+  const EncodedContext original = Synthetic(3);
+  ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
+  Reopen();
+  {
+    auto pinned = cache_->Acquire("k", NoEncoder());
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+    (*pinned)->kv.k[0].data<float>()[0] = 12345.0f;  // lands in the private copy of the page
+  }
+  Reopen();
+  auto pinned = cache_->Acquire("k", NoEncoder());
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
+  ASSERT_TRUE(cache_->DeleteTask("t").ok());
+  EXPECT_FALSE(std::filesystem::exists(KvFile("k")));
+  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");  // still mapped
+}
+
 TEST_F(ContextCacheTest, EqualTasksShareOneEntry) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("a", "k"), Synthetic(3)).ok());
