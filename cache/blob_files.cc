@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -65,6 +66,54 @@ struct Fd {
   }
 };
 
+// Opens the blob's file for reading and checks its size against the header: NOT_FOUND when it is
+// gone (evicted or deleted since the header was read), DATA_LOSS when the size differs.
+absl::Status OpenPayload(const std::filesystem::path& path, uint64_t total_bytes, Fd& file) {
+  file.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file.fd < 0) return ErrnoError("open", path);
+  struct stat st {};
+  if (fstat(file.fd, &st) != 0) return ErrnoError("stat", path);
+  if (static_cast<uint64_t>(st.st_size) != total_bytes) {
+    return absl::DataLossError(absl::StrCat("KV file ", path.string(), " has ", st.st_size,
+                                            " bytes, expected ", total_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkMismatch(const BlobHeader& header, uint64_t i) {
+  return absl::DataLossError(
+      absl::StrCat("KV blob ", header.key, " chunk ", i, " checksum mismatch"));
+}
+
+// Runs fn(i, scratch) for every chunk on up to one thread per core (8 at most), each thread taking
+// the next chunk and keeping its own scratch string; returns the first error, after which no
+// thread takes another chunk. Several readers keep the disk's queue full on a cold read and spread
+// the copy and checksum of a warm one over the cores.
+absl::Status ForEachChunkInParallel(uint64_t chunks,
+                                    const std::function<absl::Status(uint64_t, std::string&)>& fn) {
+  const unsigned threads = static_cast<unsigned>(
+      std::min<uint64_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
+  std::atomic<uint64_t> next{0};
+  std::mutex error_mutex;
+  absl::Status error;
+  auto work = [&] {
+    std::string scratch;
+    for (uint64_t i = next++; i < chunks; i = next++) {
+      absl::Status s = fn(i, scratch);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (error.ok()) error = s;
+        next = chunks;  // the others stop too
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return error;
+}
+
 // Where each payload byte goes: the segments of a host context, back to back. Offsets are in
 // storage bytes; a segment holds its elements in the memory dtype (wider when converting).
 struct HostSegments {
@@ -88,10 +137,7 @@ absl::Status ReadChunkInto(int fd, const BlobHeader& header, uint64_t i, const H
     if (absl::Status s = ReadFully(fd, begin, buffer.data(), buffer.size(), path); !s.ok()) {
       return s;
     }
-    if (ChunkChecksum(buffer) != header.chunk_checksums[i]) {
-      return absl::DataLossError(
-          absl::StrCat("KV blob ", header.key, " chunk ", i, " checksum mismatch"));
-    }
+    if (ChunkChecksum(buffer) != header.chunk_checksums[i]) return ChunkMismatch(header, i);
   }
   XXH3_state_t* state = convert ? nullptr : XXH3_createState();
   if (!convert && state == nullptr) return absl::ResourceExhaustedError("XXH3 state");
@@ -116,13 +162,8 @@ absl::Status ReadChunkInto(int fd, const BlobHeader& header, uint64_t i, const H
     XXH3_freeState(state);
   }
   if (!s.ok()) return s;
-  if (!convert && sum != header.chunk_checksums[i]) {
-    // The bytes are in the context already: the caller drops it (and re-encodes).
-    // Converted bytes are only written after the check passed; direct ones are overwritten by the
-    // re-encode the caller does.
-    return absl::DataLossError(
-        absl::StrCat("KV blob ", header.key, " chunk ", i, " checksum mismatch"));
-  }
+  // Direct bytes are in the context already: on a mismatch the caller drops it (and re-encodes).
+  if (!convert && sum != header.chunk_checksums[i]) return ChunkMismatch(header, i);
   return absl::OkStatus();
 }
 
@@ -261,14 +302,8 @@ absl::StatusOr<EncodedContext> BlobFiles::MapPayload(const BlobHeader& header) c
     return absl::UnimplementedError("an empty payload is not mapped");
   }
   const std::filesystem::path path = PathOf(header.key);
-  Fd file{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) return ErrnoError("open", path);  // NOT_FOUND: evicted or deleted since
-  struct stat st {};
-  if (fstat(file.fd, &st) != 0) return ErrnoError("stat", path);
-  if (static_cast<uint64_t>(st.st_size) != header.total_bytes) {
-    return absl::DataLossError(absl::StrCat("KV file ", path.string(), " has ", st.st_size,
-                                            " bytes, expected ", header.total_bytes));
-  }
+  Fd file;
+  if (absl::Status s = OpenPayload(path, header.total_bytes, file); !s.ok()) return s;
   // A cold file is read ahead whole while the checksums below walk it.
   posix_fadvise(file.fd, 0, 0, POSIX_FADV_WILLNEED);
   void* map = mmap(nullptr, header.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd, 0);
@@ -276,42 +311,21 @@ absl::StatusOr<EncodedContext> BlobFiles::MapPayload(const BlobHeader& header) c
   auto buffer = std::make_shared<Buffer>(map, header.total_bytes, Device::kCPU,
                                          [](void* p, size_t n) { munmap(p, n); });
   const char* bytes = static_cast<const char*>(map);
-  const uint64_t chunks = header.ChunkCount();
-  const unsigned threads = static_cast<unsigned>(
-      std::min<uint64_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
-  std::atomic<uint64_t> next{0};
-  std::atomic<int64_t> bad{-1};
-  auto work = [&] {
-    for (uint64_t i = next++; i < chunks; i = next++) {
-      const std::string_view chunk(bytes + i * header.chunk_bytes, header.ChunkSize(i));
-      if (ChunkChecksum(chunk) != header.chunk_checksums[i]) {
-        bad = static_cast<int64_t>(i);
-        next = chunks;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (bad >= 0) {
-    return absl::DataLossError(
-        absl::StrCat("KV blob ", header.key, " chunk ", bad.load(), " checksum mismatch"));
-  }
+  absl::Status verified =
+      ForEachChunkInParallel(header.ChunkCount(), [&](uint64_t i, std::string&) {
+        const std::string_view chunk(bytes + i * header.chunk_bytes, header.ChunkSize(i));
+        return ChunkChecksum(chunk) == header.chunk_checksums[i] ? absl::OkStatus()
+                                                                 : ChunkMismatch(header, i);
+      });
+  if (!verified.ok()) return verified;
   return ContextOverBuffer(std::move(buffer), header.shape);
 }
 
 absl::Status BlobFiles::ReadPayload(const BlobHeader& header, EncodedContext& ctx,
                                     Backend& backend) const {
   const std::filesystem::path path = PathOf(header.key);
-  Fd file{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) return ErrnoError("open", path);  // NOT_FOUND: evicted or deleted since
-  struct stat st {};
-  if (fstat(file.fd, &st) != 0) return ErrnoError("stat", path);
-  if (static_cast<uint64_t>(st.st_size) != header.total_bytes) {
-    return absl::DataLossError(absl::StrCat("KV file ", path.string(), " has ", st.st_size,
-                                            " bytes, expected ", header.total_bytes));
-  }
+  Fd file;
+  if (absl::Status s = OpenPayload(path, header.total_bytes, file); !s.ok()) return s;
   posix_fadvise(file.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const std::vector<Tensor> segments = PayloadSegments(ctx);
   const DType memory = segments.empty() ? header.shape.dtype : segments.front().dtype();
@@ -326,10 +340,7 @@ absl::Status BlobFiles::ReadPayload(const BlobHeader& header, EncodedContext& ct
       chunk.resize(header.ChunkSize(i));
       absl::Status s = ReadFully(file.fd, i * header.chunk_bytes, chunk.data(), chunk.size(), path);
       if (!s.ok()) return s;
-      if (ChunkChecksum(chunk) != header.chunk_checksums[i]) {
-        return absl::DataLossError(
-            absl::StrCat("KV blob ", header.key, " chunk ", i, " checksum mismatch"));
-      }
+      if (ChunkChecksum(chunk) != header.chunk_checksums[i]) return ChunkMismatch(header, i);
       if (s = assembler.Feed(chunk); !s.ok()) return s;
     }
     if (assembler.consumed() != header.total_bytes) {
@@ -351,30 +362,9 @@ absl::Status BlobFiles::ReadPayload(const BlobHeader& header, EncodedContext& ct
     return absl::DataLossError(absl::StrCat("KV blob ", header.key, " holds ", header.total_bytes,
                                             " bytes for a context of ", at));
   }
-  // Several readers keep the disk's queue full on a cold read and spread the copy and checksum
-  // of a warm one over the cores; each takes the next chunk.
-  const uint64_t chunks = header.ChunkCount();
-  const unsigned threads = static_cast<unsigned>(
-      std::min<uint64_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
-  std::atomic<uint64_t> next{0};
-  std::mutex error_mutex;
-  absl::Status error;
-  auto work = [&] {
-    std::string buffer;  // this reader's chunk, when converting
-    for (uint64_t i = next++; i < chunks; i = next++) {
-      absl::Status s = ReadChunkInto(file.fd, header, i, dst, buffer, path);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (error.ok()) error = s;
-        next = chunks;  // the others stop too
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  return error;
+  return ForEachChunkInParallel(header.ChunkCount(), [&](uint64_t i, std::string& buffer) {
+    return ReadChunkInto(file.fd, header, i, dst, buffer, path);
+  });
 }
 
 }  // namespace manyshot
