@@ -32,6 +32,21 @@ bool Definitive(const grpc::Status& s, const Killer* killer) {
          s.error_code() != grpc::StatusCode::INTERNAL;
 }
 
+// Records how a mutation ended: acknowledged (it must survive), refused for certain (it changed
+// nothing), or neither (a kill interrupted it: either outcome is allowed).
+void Settle(bool acked, const Killer* killer, const std::string& id, ExpectedState& state,
+            std::atomic<Stage>& stage, MutationResult& result) {
+  if (acked) {
+    stage = Stage::kAcked;
+    result.acked = true;
+    state.Ack(id);
+  } else if (Definitive(result.status, killer)) {
+    stage = Stage::kRejected;
+    result.rejected = true;
+    state.Abort(id);
+  }
+}
+
 }  // namespace
 
 void Killer::Kill(const std::string& label) {
@@ -121,15 +136,7 @@ MutationResult RunCreate(v1::ManyShot::Stub& stub, const std::string& id, const 
   }
   result.status = stream->Finish();
   result.latency = std::chrono::steady_clock::now() - start;
-  if (got_result) {
-    stage = Stage::kAcked;
-    result.acked = true;
-    state.Ack(id);
-  } else if (Definitive(result.status, killer)) {
-    stage = Stage::kRejected;
-    result.rejected = true;
-    state.Abort(id);
-  }
+  Settle(got_result, killer, id, state, stage, result);
   return result;
 }
 
@@ -146,15 +153,7 @@ MutationResult RunDelete(v1::ManyShot::Stub& stub, const std::string& id, const 
   const auto start = std::chrono::steady_clock::now();
   result.status = stub.DeleteTask(&context, request, &response);
   result.latency = std::chrono::steady_clock::now() - start;
-  if (result.status.ok()) {
-    stage = Stage::kAcked;
-    result.acked = true;
-    state.Ack(id);
-  } else if (Definitive(result.status, killer)) {
-    stage = Stage::kRejected;
-    result.rejected = true;
-    state.Abort(id);
-  }
+  Settle(result.status.ok(), killer, id, state, stage, result);
   return result;
 }
 
