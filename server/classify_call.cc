@@ -51,7 +51,6 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
   }
   std::vector<Example> inputs;
   inputs.reserve(static_cast<size_t>(request.inputs_size()));
-  const size_t inputs_weight = static_cast<size_t>(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     auto e = ToExample(request.inputs(i), config, absl::StrCat("inputs[", i, "]"));
     if (!e.ok()) return done(e.status());
@@ -70,33 +69,25 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
   // prepared request then joins the engine queue.
   std::shared_ptr<const TaskVersion> held = *std::move(version);
   auto shared_done = std::make_shared<ClassifyCallDone>(std::move(done));
-  auto work = [&parts, held, inputs = std::move(inputs), overrides = *overrides, abandoned,
-               request_id = request.request_id(), shared_done]() mutable {
-    ClassifyCallDone& finish = *shared_done;
-    if (abandoned != nullptr && abandoned->load()) {
-      return finish(absl::CancelledError("cancelled while queued"));
-    }
-    auto task = parts.registry.EngineTask(*held);
-    if (!task.ok()) return finish(task.status());
-    auto items = (*task)->PrepareClassify(inputs);
-    if (!items.ok()) return finish(items.status());
-    ServiceMetrics& metrics = parts.metrics;
-    parts.scheduler.Classify(
-        held, *std::move(items), overrides, std::move(abandoned),
-        [&metrics, held, request_id = std::move(request_id),
-         done = std::move(finish)](absl::StatusOr<std::vector<ClassifyResult>> results) {
-          if (!results.ok()) return done(results.status());
-          metrics.InputsClassified(results->size());
-          auto response = ToResponse(held->stored.spec(), request_id, *results);
-          if (!response.ok()) return done(response.status());
-          done(*std::move(response));
-        });
-  };
-  const std::string& task_id = held->task_id;
-  if (auto refused = parts.preparation.Submit(tenant, task_id, inputs_weight, std::move(work));
-      !refused.ok()) {
-    (*shared_done)(std::move(refused));
-  }
+  ServiceMetrics& metrics = parts.metrics;
+  parts.Prepare(
+      tenant, held, static_cast<size_t>(request.inputs_size()), abandoned,
+      [shared_done](absl::Status s) { (*shared_done)(std::move(s)); },
+      [&parts, &metrics, held, inputs = std::move(inputs), overrides = *overrides, abandoned,
+       request_id = request.request_id(), shared_done](IclTask& task) {
+        auto items = task.PrepareClassify(inputs);
+        if (!items.ok()) return (*shared_done)(items.status());
+        parts.scheduler.Classify(held, *std::move(items), overrides, abandoned,
+                                 [&metrics, held, request_id, done = std::move(*shared_done)](
+                                     absl::StatusOr<std::vector<ClassifyResult>> results) {
+                                   if (!results.ok()) return done(results.status());
+                                   metrics.InputsClassified(results->size());
+                                   auto response =
+                                       ToResponse(held->stored.spec(), request_id, *results);
+                                   if (!response.ok()) return done(response.status());
+                                   done(*std::move(response));
+                                 });
+      });
 }
 
 }  // namespace manyshot::server

@@ -203,31 +203,26 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
   };
   // Rendering and tokenizing (every candidate) run on the preparation pool, never on the
   // engine's worker; the prepared items then join the engine queue.
-  std::shared_ptr<const TaskVersion> held = *std::move(version);
-  const size_t weight = inputs.size();
-  auto work = [this, held, inputs = std::move(inputs), candidates, overrides = *overrides, results,
-               abandoned = reactor->abandoned, finish]() {
-    if (abandoned->load()) return finish(absl::CancelledError("cancelled while queued"));
-    auto task = parts_.registry.EngineTask(*held);
-    if (!task.ok()) return finish(task.status());
-    auto prepared = (*task)->PrepareChoices(inputs, *candidates);
-    if (!prepared.ok()) return finish(prepared.status());
-    auto items = std::make_shared<std::vector<QueryWithCandidates>>(*std::move(prepared));
-    parts_.scheduler.Run(
-        held, inputs.size(),
-        [results, items, overrides](TaskRegistry::Handle& handle) -> absl::Status {
-          auto out = handle.task->ScoreChoicesPrepared(handle.get(), *items, overrides);
-          if (!out.ok()) return out.status();
-          *results = *std::move(out);
-          return absl::OkStatus();
-        },
-        abandoned, finish);
-  };
-  if (auto refused =
-          parts_.preparation.Submit(TenantOf(context), held->task_id, weight, std::move(work));
-      !refused.ok()) {
-    finish(std::move(refused));
-  }
+  const size_t items = inputs.size();
+  parts_.Prepare(
+      TenantOf(context), *version, items, reactor->abandoned, finish,
+      [this, held = *version, inputs = std::move(inputs), candidates, overrides = *overrides,
+       results, abandoned = reactor->abandoned, finish](IclTask& task) {
+        auto prepared = task.PrepareChoices(inputs, *candidates);
+        if (!prepared.ok()) return finish(prepared.status());
+        auto prepared_items =
+            std::make_shared<std::vector<QueryWithCandidates>>(*std::move(prepared));
+        parts_.scheduler.Run(
+            held, inputs.size(),
+            [results, prepared_items, overrides](TaskRegistry::Handle& handle) -> absl::Status {
+              auto out =
+                  handle.task->ScoreChoicesPrepared(handle.get(), *prepared_items, overrides);
+              if (!out.ok()) return out.status();
+              *results = *std::move(out);
+              return absl::OkStatus();
+            },
+            abandoned, finish);
+      });
   return reactor;
 }
 

@@ -50,4 +50,23 @@ grpc::Status ServiceParts::Record(const char* method, const grpc::ServerContextB
   return status;
 }
 
+void ServiceParts::Prepare(const std::string& tenant, std::shared_ptr<const TaskVersion> version,
+                           size_t inputs, Scheduler::AbandonFlag abandoned,
+                           std::function<void(absl::Status)> fail,
+                           std::function<void(IclTask&)> prepare) {
+  const std::string task_id = version->task_id;
+  auto work = [this, version = std::move(version), abandoned = std::move(abandoned), fail,
+               prepare = std::move(prepare)] {
+    if (abandoned != nullptr && abandoned->load()) {
+      return fail(absl::CancelledError("cancelled while queued"));
+    }
+    auto task = registry.EngineTask(*version);
+    if (!task.ok()) return fail(task.status());
+    prepare(**task);
+  };
+  if (auto refused = preparation.Submit(tenant, task_id, inputs, std::move(work)); !refused.ok()) {
+    fail(std::move(refused));
+  }
+}
+
 }  // namespace manyshot::server

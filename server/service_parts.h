@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,15 @@ struct ServiceParts {
   std::chrono::system_clock::time_point start_time = std::chrono::system_clock::now();
   // StreamClassify requests being answered on all streams (--max_server_inflight).
   std::atomic<uint64_t> stream_inflight{0};
+
+  // Runs `prepare` on the preparation pool, in turn with other tenants' and tasks' work, with
+  // `version`'s engine task (rebuilt on first use after a restart): it renders and tokenizes the
+  // request and hands it to the scheduler. Exactly one of `prepare` and `fail` runs: `fail` when
+  // the pool refuses the work, the call was abandoned before its turn, or the task cannot be
+  // rebuilt.
+  void Prepare(const std::string& tenant, std::shared_ptr<const TaskVersion> version, size_t inputs,
+               Scheduler::AbandonFlag abandoned, std::function<void(absl::Status)> fail,
+               std::function<void(IclTask&)> prepare);
 
   // Counts, times and logs one finished call (or StreamClassify request); returns `status`.
   grpc::Status Record(const char* method, const grpc::ServerContextBase* context,
