@@ -285,20 +285,36 @@ void Backend::GeluTanh(const Tensor& x) {
       [&] { return x.numel() == 0 ? absl::OkStatus() : GeluTanhImpl(x); });
 }
 
+namespace {
+
+// SwiGlu and GeGlu: gate_up [T, 2I] (gate | up) into out [T, I], one float dtype.
+void CheckGlu(Checker& c, Device device, const Tensor& gate_up, const Tensor& out) {
+  c.Defined(gate_up, "gate_up").Defined(out, "out").On(gate_up, device, "gate_up");
+  c.On(out, device, "out").Float(gate_up, "gate_up").SameDType(gate_up, out, "gate_up", "out");
+  c.Rank(gate_up, 2, "gate_up").Rank(out, 2, "out");
+  if (!c.status().ok()) return;
+  c.That(gate_up.dim(0) == out.dim(0) && gate_up.dim(1) == 2 * out.dim(1),
+         "gate_up must be [T, 2I] for out [T, I]");
+}
+
+}  // namespace
+
 void Backend::SwiGlu(const Tensor& gate_up, const Tensor& out) {
   Dispatch(
-      "SwiGlu",
-      [&](Checker& c) {
-        c.Defined(gate_up, "gate_up").Defined(out, "out").On(gate_up, device(), "gate_up");
-        c.On(out, device(), "out")
-            .Float(gate_up, "gate_up")
-            .SameDType(gate_up, out, "gate_up", "out");
-        c.Rank(gate_up, 2, "gate_up").Rank(out, 2, "out");
-        if (!c.status().ok()) return;
-        c.That(gate_up.dim(0) == out.dim(0) && gate_up.dim(1) == 2 * out.dim(1),
-               "gate_up must be [T, 2I] for out [T, I]");
-      },
+      "SwiGlu", [&](Checker& c) { CheckGlu(c, device(), gate_up, out); },
       [&] { return out.numel() == 0 ? absl::OkStatus() : SwiGluImpl(gate_up, out); });
+}
+
+void Backend::GeGlu(const Tensor& gate_up, const Tensor& out) {
+  Dispatch(
+      "GeGlu", [&](Checker& c) { CheckGlu(c, device(), gate_up, out); },
+      [&] { return out.numel() == 0 ? absl::OkStatus() : GeGluImpl(gate_up, out); });
+}
+
+void Backend::Relu(const Tensor& x) {
+  Dispatch(
+      "Relu", [&](Checker& c) { c.Defined(x, "x").On(x, device(), "x").Float(x, "x"); },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : ReluImpl(x); });
 }
 
 void Backend::SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -330,8 +346,8 @@ void Backend::Add(const Tensor& x, const Tensor& y) {
 namespace {
 
 // Checks shared by AttendOwn and AttendContext: q and the state, and every sequence's rows.
-void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
-                        absl::Span<const AttentionSequence> sequences, const AttentionState& out) {
+// q [T, heads, head_dim] and the state it yields: o like q, lse f32 [T, heads].
+void CheckQueryAndState(Checker& c, Device device, const Tensor& q, const AttentionState& out) {
   c.Defined(q, "q").Defined(out.o, "out.o").Defined(out.lse, "out.lse");
   c.On(q, device, "q").On(out.o, device, "out.o").On(out.lse, device, "out.lse");
   c.Float(q, "q").Rank(q, 3, "q").SameDType(q, out.o, "q", "out.o");
@@ -339,6 +355,12 @@ void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
   if (!c.status().ok()) return;
   c.That(out.o.shape() == q.shape(), "out.o must have q's shape");
   c.That(out.lse.dim(0) == q.dim(0) && out.lse.dim(1) == q.dim(1), "out.lse must be [T, heads]");
+}
+
+void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
+                        absl::Span<const AttentionSequence> sequences, const AttentionState& out) {
+  CheckQueryAndState(c, device, q, out);
+  if (!c.status().ok()) return;
   for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
     const AttentionSequence& seq = sequences[s];
     c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0),
@@ -464,6 +486,35 @@ void Backend::Attention(const Tensor& q, absl::Span<const AttentionSequence> seq
   AttentionState ctx{*std::move(co), *std::move(clse)};
   AttendContext(q, sequences, *context, scale, ctx);
   MergeStates(own, ctx, context->log_weight);
+}
+
+void Backend::AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequence> sequences,
+                           float scale, const AttentionState& out) {
+  Dispatch(
+      "AttendBiased",
+      [&](Checker& c) {
+        CheckQueryAndState(c, device(), q, out);
+        for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
+          const BiasedAttentionSequence& seq = sequences[s];
+          const std::string what = absl::StrCat("sequence ", s);
+          c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0),
+                 absl::StrCat(what, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
+                              ") are outside q's ", q.dim(0), " rows"));
+          c.That(seq.kv_len >= 0 && seq.kv_len <= std::numeric_limits<int32_t>::max(),
+                 absl::StrCat(what, ": kv_len ", seq.kv_len, " is out of range"));
+          CheckKeys(c, device(), q, seq.k, seq.v, seq.kv_len, what);
+          if (seq.bias == nullptr || !c.status().ok()) continue;
+          c.Defined(*seq.bias, "bias").On(*seq.bias, device(), "bias");
+          c.Is(*seq.bias, DType::kF32, "bias").Rank(*seq.bias, 3, "bias");
+          if (!c.status().ok()) break;
+          c.That(seq.bias->shape() == std::vector<int64_t>{q.dim(1), seq.q_len, seq.kv_len},
+                 absl::StrCat(what, ": bias ", Describe(*seq.bias), " must be [", q.dim(1), ", ",
+                              seq.q_len, ", ", seq.kv_len, "] (heads, q_len, kv_len)"));
+        }
+      },
+      [&] {
+        return q.numel() == 0 ? absl::OkStatus() : AttendBiasedImpl(q, sequences, scale, out);
+      });
 }
 
 }  // namespace manyshot

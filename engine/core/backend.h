@@ -74,6 +74,20 @@ struct AttentionContext {
   float log_weight = 0.0f;
 };
 
+// One sequence of an AttendBiased call: query rows q[q_begin, q_begin + q_len) against rows
+// [0, kv_len) of k/v ([capacity, kv_heads, head_dim], any float dtype, k and v alike). Every key
+// is visible to every row (no implicit causality): masks are -inf entries of the bias.
+struct BiasedAttentionSequence {
+  int64_t q_begin = 0;
+  int64_t q_len = 0;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  int64_t kv_len = 0;
+  // f32 [heads, q_len, kv_len], contiguous, added to scale * q.k; -inf hides a key. nullptr: no
+  // bias (T5's cross-attention). Several sequences may share one bias tensor.
+  const Tensor* bias = nullptr;
+};
+
 // The result of attending a set of query rows to some set of keys, as a value (FlashInfer's
 // state_t): o [T, heads, head_dim] normalised over those keys, and lse [T, heads] (f32) the
 // natural-log sum of exp(logit) over them; lse = -inf (and o = 0) where a row saw no key. Two
@@ -134,6 +148,10 @@ class Backend {
   void GeluTanh(const Tensor& x);  // in place
   // out = silu(gate) * up where gate_up [T, 2I] holds gate in columns [0, I) and up in [I, 2I).
   void SwiGlu(const Tensor& gate_up, const Tensor& out);
+  // out = gelu_tanh(gate) * up, gate_up laid out as for SwiGlu (T5 v1.1's "gated-gelu": HF's
+  // gelu_new is the tanh approximation, as GeluTanh).
+  void GeGlu(const Tensor& gate_up, const Tensor& out);
+  void Relu(const Tensor& x);  // in place: max(x, 0)
   // Splits the columns of qkv [T, q + k + v] into q [T, ...], k, v (each contiguous).
   void SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v);
   void Add(const Tensor& x, const Tensor& y);  // x += y
@@ -154,6 +172,11 @@ class Backend {
   void Attention(const Tensor& q, absl::Span<const AttentionSequence> sequences,
                  const AttentionContext* context, float scale, const Tensor& out,
                  const Tensor& lse);
+  // Each sequence's rows against its keys with an additive bias per (head, query, key) (see
+  // BiasedAttentionSequence): T5's relative position bias and causal mask, or any block mask.
+  // Yields a state (o, lse) like AttendOwn, so key sets attended separately merge exactly.
+  void AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequence> sequences,
+                    float scale, const AttentionState& out);
 
  protected:
   // The implementations see only checked arguments.
@@ -177,6 +200,8 @@ class Backend {
   virtual absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) = 0;
   virtual absl::Status GeluTanhImpl(const Tensor& x) = 0;
   virtual absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
+  virtual absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
+  virtual absl::Status ReluImpl(const Tensor& x) = 0;
   virtual absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
                                     const Tensor& v) = 0;
   virtual absl::Status AddImpl(const Tensor& x, const Tensor& y) = 0;
@@ -188,6 +213,9 @@ class Backend {
                                          const AttentionState& out) = 0;
   virtual absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
                                        float other_log_weight) = 0;
+  virtual absl::Status AttendBiasedImpl(const Tensor& q,
+                                        absl::Span<const BiasedAttentionSequence> sequences,
+                                        float scale, const AttentionState& out) = 0;
 
  private:
   // Runs `check`; on success and with no pending error, `impl`; records the first failure.

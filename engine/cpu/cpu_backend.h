@@ -45,6 +45,8 @@ class CpuBackend final : public Backend {
   absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) override;
   absl::Status GeluTanhImpl(const Tensor& x) override;
   absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
+  absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;  // cpu_glu_relu.cc
+  absl::Status ReluImpl(const Tensor& x) override;                            // cpu_glu_relu.cc
   absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
                             const Tensor& v) override;
   absl::Status AddImpl(const Tensor& x, const Tensor& y) override;
@@ -55,6 +57,10 @@ class CpuBackend final : public Backend {
                                  const AttentionState& out) override;
   absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
                                float other_log_weight) override;
+  // cpu_biased_attention.cc
+  absl::Status AttendBiasedImpl(const Tensor& q,
+                                absl::Span<const BiasedAttentionSequence> sequences, float scale,
+                                const AttentionState& out) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;

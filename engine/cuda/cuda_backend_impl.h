@@ -178,6 +178,12 @@ class CudaBackend final : public Backend {
   absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) override;
   absl::Status GeluTanhImpl(const Tensor& x) override;
   absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
+  // cuda_t5_ops.cc
+  absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;
+  absl::Status ReluImpl(const Tensor& x) override;
+  absl::Status AttendBiasedImpl(const Tensor& q,
+                                absl::Span<const BiasedAttentionSequence> sequences, float scale,
+                                const AttentionState& out) override;
   absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
                             const Tensor& v) override;
   absl::Status AddImpl(const Tensor& x, const Tensor& y) override;
