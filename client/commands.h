@@ -15,5 +15,7 @@ int RunDelete(const CliContext& cli);
 int RunClassify(const CliContext& cli);
 int RunScore(const CliContext& cli);
 int RunGenerate(const CliContext& cli);
+// The paper's accuracy-vs-shots protocol (eval_runner.h); exit 130 when interrupted.
+int RunEval(const CliContext& cli);
 
 }  // namespace manyshot::client

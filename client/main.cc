@@ -36,6 +36,11 @@ constexpr char kUsage[] =
     "  list [--page_size=N]    all tasks\n"
     "  get TASK_ID             one task\n"
     "  delete TASK_ID          delete a task and its cached state\n"
+    "  eval --preset=NAME|--dataset=DIR|--train_file=PATH [--shots=1,4,16,64,256,1000]\n"
+    "       [--modes=structured,parallel,conventional] [--samples=3] [--seed=1]\n"
+    "       [--test_limit=200] [--plot=FILE.png] [--json]\n"
+    "                          accuracy vs demonstrations over seeded samples (mean, std);\n"
+    "                          creates and deletes its own tasks; --preset=list lists presets\n"
     "exit status: 0 ok, 1 RPC error, 2 usage error. Flags: manyshot --helpfull\n";
 
 }  // namespace
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
   if (command == "classify") return RunClassify(cli);
   if (command == "score") return RunScore(cli);
   if (command == "generate") return RunGenerate(cli);
+  if (command == "eval") return RunEval(cli);
   std::fprintf(stderr, "manyshot: unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

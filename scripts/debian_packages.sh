@@ -15,6 +15,8 @@ build=(
   libxxhash-dev libssl-dev
   # the google.rpc error-model protos (status, error details), compiled by proto/CMakeLists.txt
   golang-github-gogo-googleapis-dev
+  # cairo: the PNG plot of `manyshot eval --plot`
+  libcairo2-dev
 )
 runtime=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 libssl3
@@ -22,6 +24,8 @@ runtime=(
   libopenblas0-pthread libgfortran5 libquadmath0 libxxhash0
   # RocksDB is linked statically; these are its compression libraries
   libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g
+  # the manyshot CLI's plots
+  libcairo2
 )
 test=(
   clang-format libgtest-dev libgmock-dev

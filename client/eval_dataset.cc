@@ -1,0 +1,176 @@
+#include "client/eval_dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace manyshot::client {
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// This abseil's string functions take absl::string_view only.
+std::string_view Strip(std::string_view text) {
+  absl::string_view stripped =
+      absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
+  return std::string_view(stripped.data(), stripped.size());
+}
+
+absl::StatusOr<std::vector<Record>> ReadRecords(const std::string& path,
+                                                std::optional<ExampleFormat> format) {
+  if (!format.has_value()) format = ExampleFormatFromPath(path);
+  if (!format.has_value() || *format == ExampleFormat::kText) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": give --format=jsonl|csv|tsv (examples need a text and a label)"));
+  }
+  auto content = ReadWholeFile(path);
+  if (!content.ok()) return content.status();
+  return ParseExamples(*content, *format, path);
+}
+
+absl::StatusOr<std::vector<v1::Demonstration>> ToExamples(const std::vector<Record>& records,
+                                                          const FieldOptions& options,
+                                                          const std::string& source) {
+  if (records.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": no examples"));
+  return BuildDemonstrations(records, options, source);
+}
+
+}  // namespace
+
+void HoldOutEveryTenth(std::vector<v1::Demonstration>* train,
+                       std::vector<v1::Demonstration>* test) {
+  std::vector<v1::Demonstration> kept;
+  for (size_t i = 0; i < train->size(); ++i) {
+    ((i + 1) % 10 == 0 ? *test : kept).push_back(std::move((*train)[i]));
+  }
+  *train = std::move(kept);
+}
+
+absl::StatusOr<std::vector<Record>> ParseLabelFirstLines(std::string_view content,
+                                                         std::string_view source,
+                                                         char label_delimiter) {
+  std::vector<Record> records;
+  int line_number = 0;
+  size_t start = 0;
+  while (start < content.size()) {
+    size_t end = content.find('\n', start);
+    if (end == std::string_view::npos) end = content.size();
+    std::string_view line = content.substr(start, end - start);
+    start = end + 1;
+    ++line_number;
+    line = Strip(line);
+    if (line.empty()) continue;
+    size_t space = line.find_first_of(" \t");
+    if (space == std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(std::string(source), ":", line_number,
+                                                     ": expected 'LABEL TEXT', got one word"));
+    }
+    std::string_view label = line.substr(0, space);
+    if (label_delimiter != 0) label = label.substr(0, label.find(label_delimiter));
+    nlohmann::json fields = nlohmann::json::object();
+    fields["label"] = std::string(label);
+    fields["text"] = std::string(Strip(line.substr(space)));
+    records.push_back(Record{line_number, std::move(fields)});
+  }
+  return records;
+}
+
+absl::StatusOr<EvalDataset> LoadPresetDataset(const DatasetPreset& preset,
+                                              const std::string& datasets_dir) {
+  const std::filesystem::path folder = std::filesystem::path(datasets_dir) / preset.folder;
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error)) {
+    return absl::NotFoundError(
+        absl::StrCat("preset ", preset.name, ": no folder ", folder.string(),
+                     " (set --datasets_dir to the directory holding the dataset folders)"));
+  }
+  FieldOptions options;
+  options.text_field = preset.text_field;
+  options.fields = preset.fields;
+  options.label_field = preset.label_field;
+  options.labels = preset.labels;
+  options.label_map = PresetLabelMap(preset);
+  auto read = [&](const std::string& file) -> absl::StatusOr<std::vector<v1::Demonstration>> {
+    const std::string path = (folder / file).string();
+    absl::StatusOr<std::vector<Record>> records;
+    if (preset.layout == DatasetFileLayout::kLabelFirst) {
+      auto content = ReadWholeFile(path);
+      if (!content.ok()) return content.status();
+      records = ParseLabelFirstLines(*content, path, preset.label_delimiter);
+    } else {
+      records = ReadRecords(path, preset.layout == DatasetFileLayout::kCsv ? ExampleFormat::kCsv
+                                                                           : ExampleFormat::kJsonl);
+    }
+    if (!records.ok()) return records.status();
+    return ToExamples(*records, options, path);
+  };
+  EvalDataset dataset;
+  dataset.name = preset.name;
+  dataset.input_template = preset.input_template;
+  dataset.labels = preset.labels;
+  auto train = read(preset.train_file);
+  if (!train.ok()) return train.status();
+  dataset.train = std::move(*train);
+  if (preset.test_file.empty()) {
+    HoldOutEveryTenth(&dataset.train, &dataset.test);
+  } else {
+    auto test = read(preset.test_file);
+    if (!test.ok()) return test.status();
+    dataset.test = std::move(*test);
+  }
+  return dataset;
+}
+
+absl::StatusOr<EvalDataset> LoadFileDataset(const EvalFiles& files) {
+  if (files.input_template.empty()) {
+    return absl::InvalidArgumentError("--template is required without --preset");
+  }
+  EvalDataset dataset;
+  dataset.name = std::filesystem::path(files.train_path).filename().string();
+  dataset.input_template = files.input_template;
+  dataset.labels = files.fields.labels;
+  auto read = [&](const std::string& path) -> absl::StatusOr<std::vector<v1::Demonstration>> {
+    auto records = ReadRecords(path, files.format);
+    if (!records.ok()) return records.status();
+    return ToExamples(*records, files.fields, path);
+  };
+  auto train = read(files.train_path);
+  if (!train.ok()) return train.status();
+  dataset.train = std::move(*train);
+  if (files.test_path.empty()) {
+    HoldOutEveryTenth(&dataset.train, &dataset.test);
+  } else {
+    auto test = read(files.test_path);
+    if (!test.ok()) return test.status();
+    dataset.test = std::move(*test);
+  }
+  if (dataset.train.empty() || dataset.test.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        files.train_path, ": too few examples to hold out a test split (every tenth example)"));
+  }
+  return dataset;
+}
+
+int GoldLabelIndex(const v1::Demonstration& example, const std::vector<std::string>& labels) {
+  if (example.answer_case() == v1::Demonstration::kLabelIndex) {
+    return example.label_index() < labels.size() ? static_cast<int>(example.label_index()) : -1;
+  }
+  auto it = std::find(labels.begin(), labels.end(), example.label());
+  return it == labels.end() ? -1 : static_cast<int>(it - labels.begin());
+}
+
+}  // namespace manyshot::client

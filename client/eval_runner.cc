@@ -1,0 +1,444 @@
+#include "client/eval_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/request_builder.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+
+namespace manyshot::client {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+// Cancels the calls in flight once `*cancelled` turns true (Ctrl-C): a blocked Read() returns.
+class CancelWatch {
+ public:
+  explicit CancelWatch(const std::atomic<bool>* cancelled) : cancelled_(cancelled) {
+    if (cancelled_ == nullptr) return;
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!done_) {
+        if (cancelled_->load() && call_ != nullptr) call_->TryCancel();
+        wake_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    });
+  }
+  ~CancelWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool Cancelled() const { return cancelled_ != nullptr && cancelled_->load(); }
+  // The call to cancel (nullptr: none). The caller keeps it alive until it sets another.
+  void Watch(grpc::ClientContext* call) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    call_ = call;
+    if (Cancelled() && call_ != nullptr) call_->TryCancel();
+  }
+
+ private:
+  const std::atomic<bool>* cancelled_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  grpc::ClientContext* call_ = nullptr;
+  std::thread thread_;
+};
+
+absl::Status CancelledError() {
+  return absl::CancelledError("interrupted; the evaluation's tasks were deleted");
+}
+
+// A task of the evaluation: created by Create(), deleted by the destructor whatever happened.
+class EvalTask {
+ public:
+  EvalTask(const CliContext& cli, std::string task_id) : cli_(cli), task_id_(std::move(task_id)) {}
+  ~EvalTask() {
+    if (!created_) return;
+    auto stub = v1::ManyShot::NewStub(cli_.channel);
+    v1::DeleteTaskRequest request;
+    request.set_task_id(task_id_);
+    v1::DeleteTaskResponse response;
+    auto call = cli_.NewCall(task_id_);  // a fresh call: not cancelled by Ctrl-C
+    grpc::Status status = stub->DeleteTask(call.get(), request, &response);
+    if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND) {
+      std::fprintf(stderr, "manyshot: eval: could not delete task %s: %s (delete it by hand)\n",
+                   task_id_.c_str(), status.error_message().c_str());
+    }
+  }
+
+  absl::StatusOr<v1::Task> Create(const v1::TaskSpec& spec,
+                                  const std::vector<v1::Demonstration>& demonstrations,
+                                  CancelWatch* watch) {
+    std::vector<v1::CreateTaskRequest> requests =
+        ChunkCreateTaskRequests(task_id_, spec, /*replace=*/false, demonstrations, 1000);
+    auto stub = v1::ManyShot::NewStub(cli_.channel);
+    auto call = cli_.NewStreamingCall(task_id_);
+    watch->Watch(call.get());
+    auto stream = stub->CreateTask(call.get());
+    created_ = true;  // from here on the server may hold it: always try to delete
+    std::thread writer([&stream, &requests] {
+      for (const v1::CreateTaskRequest& request : requests) {
+        if (!stream->Write(request)) return;
+      }
+      stream->WritesDone();
+    });
+    v1::CreateTaskResponse response;
+    std::optional<v1::Task> task;
+    while (stream->Read(&response)) {
+      if (response.has_result()) task = response.result().task();
+    }
+    writer.join();
+    grpc::Status status = stream->Finish();
+    watch->Watch(nullptr);
+    if (watch->Cancelled()) return CancelledError();
+    if (!status.ok()) return FromGrpc(status, absl::StrCat("CreateTask ", task_id_));
+    if (!task.has_value()) {
+      return absl::InternalError(absl::StrCat("CreateTask ", task_id_, ": no result"));
+    }
+    return *task;
+  }
+
+  const std::string& id() const { return task_id_; }
+
+ private:
+  const CliContext& cli_;
+  std::string task_id_;
+  bool created_ = false;
+};
+
+// Every input through StreamClassify in `mode`; the predicted label index per input.
+absl::StatusOr<std::vector<uint32_t>> ClassifyAll(const CliContext& cli, const std::string& task_id,
+                                                  const std::vector<v1::Input>& inputs,
+                                                  v1::Mode mode, size_t batch_size,
+                                                  CancelWatch* watch) {
+  std::vector<std::vector<v1::Input>> batches = Batches(inputs, batch_size);
+  // At most this many requests unanswered: the server answers requests beyond its
+  // --max_stream_inflight (default 64) with RESOURCE_EXHAUSTED instead of queueing them.
+  constexpr size_t kWindow = 32;
+  std::mutex mutex;
+  std::condition_variable window_open;
+  size_t answered = 0;
+  bool reading_done = false;
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  auto call = cli.NewStreamingCall(task_id);
+  watch->Watch(call.get());
+  auto stream = stub->StreamClassify(call.get());
+  std::thread writer([&] {
+    for (size_t b = 0; b < batches.size(); ++b) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        window_open.wait(lock, [&] { return reading_done || b < answered + kWindow; });
+        if (reading_done) return;
+      }
+      v1::ClassifyRequest request;
+      request.set_task_id(task_id);
+      request.set_request_id(std::to_string(b));
+      request.mutable_options()->set_mode(mode);
+      for (const v1::Input& input : batches[b]) *request.add_inputs() = input;
+      if (!stream->Write(request)) return;
+    }
+    stream->WritesDone();
+  });
+  std::vector<uint32_t> predicted(inputs.size(), 0);
+  std::set<size_t> seen;
+  absl::Status error = absl::OkStatus();
+  v1::ClassifyResponse response;
+  while (stream->Read(&response)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++answered;
+    }
+    window_open.notify_all();
+    size_t b = batches.size();
+    if (!absl::SimpleAtoi(response.request_id(), &b) || b >= batches.size()) {
+      error = absl::InternalError(
+          absl::StrCat("unexpected request_id '", response.request_id(), "' from StreamClassify"));
+      continue;
+    }
+    if (response.error().code() != 0) {
+      if (error.ok()) {
+        error = absl::Status(
+            static_cast<absl::StatusCode>(response.error().code()),
+            absl::StrCat("StreamClassify ", task_id, ": ", response.error().message()));
+      }
+      continue;
+    }
+    if (response.results_size() != static_cast<int>(batches[b].size())) {
+      error = absl::InternalError(absl::StrCat("StreamClassify: ", response.results_size(),
+                                               " results for ", batches[b].size(), " inputs"));
+      continue;
+    }
+    for (int i = 0; i < response.results_size(); ++i) {
+      predicted[b * batch_size + static_cast<size_t>(i)] = response.results(i).label_index();
+    }
+    seen.insert(b);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    reading_done = true;
+  }
+  window_open.notify_all();
+  writer.join();
+  grpc::Status status = stream->Finish();
+  watch->Watch(nullptr);
+  if (watch->Cancelled()) return CancelledError();
+  if (!status.ok()) return FromGrpc(status, absl::StrCat("StreamClassify ", task_id));
+  if (!error.ok()) return error;
+  if (seen.size() != batches.size()) {
+    return absl::InternalError(absl::StrCat("StreamClassify ended with answers for ", seen.size(),
+                                            " of ", batches.size(), " requests"));
+  }
+  return predicted;
+}
+
+// Generation tasks: greedy decoding up to the first line break; exact match after trimming.
+absl::StatusOr<std::vector<std::string>> GenerateAll(const CliContext& cli,
+                                                     const std::string& task_id,
+                                                     const std::vector<v1::Input>& inputs,
+                                                     v1::Mode mode, CancelWatch* watch) {
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  std::vector<std::string> out;
+  for (const v1::Input& input : inputs) {
+    v1::GenerateRequest request;
+    request.set_task_id(task_id);
+    *request.mutable_input() = input;
+    request.mutable_options()->set_strategy(v1::DECODING_STRATEGY_GREEDY);
+    request.mutable_options()->add_stop("\n");
+    request.mutable_options()->mutable_query()->set_mode(mode);
+    auto call = cli.NewStreamingCall(task_id);
+    watch->Watch(call.get());
+    auto stream = stub->Generate(call.get(), request);
+    v1::GenerateResponse response;
+    std::string text;
+    while (stream->Read(&response)) {
+      if (response.has_result()) text = response.result().text();
+    }
+    grpc::Status status = stream->Finish();
+    watch->Watch(nullptr);
+    if (watch->Cancelled()) return CancelledError();
+    if (!status.ok()) return FromGrpc(status, absl::StrCat("Generate ", task_id));
+    out.push_back(std::string(absl::StripAsciiWhitespace(text)));
+  }
+  return out;
+}
+
+std::string UniquePrefix() {
+  std::random_device device;
+  return absl::StrFormat("eval-%d-%08x", static_cast<int>(getpid()), device());
+}
+
+v1::Input AsInput(const v1::Demonstration& example) {
+  v1::Input input;
+  input.set_text(example.text());
+  input.mutable_fields()->insert(example.fields().begin(), example.fields().end());
+  return input;
+}
+
+}  // namespace
+
+std::string ModeName(v1::Mode mode) {
+  switch (mode) {
+    case v1::MODE_CONVENTIONAL:
+      return "conventional";
+    case v1::MODE_PARALLEL:
+      return "parallel";
+    default:
+      return "structured";
+  }
+}
+
+absl::StatusOr<std::vector<int64_t>> ResolveShots(const EvalPlan& plan, size_t train_size,
+                                                  const std::string& dataset) {
+  std::vector<int64_t> shots;
+  for (int64_t n : plan.shots) {
+    if (n < 1) return absl::InvalidArgumentError(absl::StrCat("--shots: ", n, " is not >= 1"));
+    if (static_cast<size_t>(n) > train_size) {
+      if (plan.shots_explicit) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--shots: ", n, " demonstrations, but the training split of ", dataset,
+                         " has ", train_size, " examples"));
+      }
+      n = static_cast<int64_t>(train_size);
+    }
+    if (std::find(shots.begin(), shots.end(), n) == shots.end()) shots.push_back(n);
+  }
+  if (shots.empty()) return absl::InvalidArgumentError("--shots: no shot counts");
+  return shots;
+}
+
+std::vector<size_t> SampleIndices(size_t n, size_t count, uint64_t seed) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed);
+  for (size_t i = n; i > 1; --i) {
+    size_t j = static_cast<size_t>(rng() % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  order.resize(std::min(count, n));
+  return order;
+}
+
+void Summarize(const std::vector<double>& values, double* mean, double* std) {
+  *mean = 0;
+  *std = 0;
+  if (values.empty()) return;
+  for (double v : values) *mean += v;
+  *mean /= static_cast<double>(values.size());
+  if (values.size() < 2) return;
+  double squares = 0;
+  for (double v : values) squares += (v - *mean) * (v - *mean);
+  *std = std::sqrt(squares / static_cast<double>(values.size() - 1));
+}
+
+absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDataset& dataset,
+                                         const EvalPlan& plan, const EvalProgress& progress,
+                                         const std::atomic<bool>* cancelled) {
+  const auto start = std::chrono::steady_clock::now();
+  if (plan.samples < 1) return absl::InvalidArgumentError("--samples must be >= 1");
+  if (plan.modes.empty()) return absl::InvalidArgumentError("--modes: no modes");
+  if (plan.batch < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  if (dataset.test.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(dataset.name, ": the test split is empty"));
+  }
+  auto shots = ResolveShots(plan, dataset.train.size(), dataset.name);
+  if (!shots.ok()) return shots.status();
+
+  EvalReport report;
+  report.dataset = dataset.name;
+  report.input_template = dataset.input_template;
+  report.labels = dataset.labels;
+  report.generation = dataset.labels.empty();
+  report.train_examples = dataset.train.size();
+  report.test_available = dataset.test.size();
+  report.shots = *shots;
+  report.modes = plan.modes;
+  for (int s = 0; s < plan.samples; ++s) report.seeds.push_back(plan.first_seed + s);
+
+  // The test split: the same inputs, in the same order, for every cell.
+  std::vector<size_t> test_order =
+      SampleIndices(dataset.test.size(),
+                    plan.test_limit == 0 ? dataset.test.size() : plan.test_limit, plan.first_seed);
+  std::vector<v1::Input> inputs;
+  std::vector<int> gold;
+  std::vector<std::string> gold_text;
+  for (size_t index : test_order) {
+    const v1::Demonstration& example = dataset.test[index];
+    inputs.push_back(AsInput(example));
+    if (report.generation) {
+      gold_text.push_back(std::string(absl::StripAsciiWhitespace(example.label())));
+    } else {
+      gold.push_back(GoldLabelIndex(example, dataset.labels));
+    }
+  }
+  report.test_examples = inputs.size();
+
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  {
+    v1::ServerInfo info;
+    auto call = cli.NewCall();
+    grpc::Status status = stub->GetServerInfo(call.get(), v1::GetServerInfoRequest(), &info);
+    if (!status.ok()) return FromGrpc(status, "GetServerInfo");
+    report.model = absl::StrCat(info.model().model_type(), " ",
+                                std::filesystem::path(info.model().path()).filename().string());
+    report.random_weights = info.model().random_weights();
+    report.context_length = info.model().context_length();
+  }
+
+  v1::TaskSpec spec;
+  spec.set_input_template(dataset.input_template);
+  for (const std::string& label : dataset.labels) spec.add_labels(label);
+  spec.set_group_length(plan.group_length);
+  // Whole demonstrations per group, so that the first group holds exactly the demonstrations
+  // CONVENTIONAL's single window takes (docs/structured_prompting.md, "Groups", "CONVENTIONAL");
+  // a demonstration longer than a group keeps its end rather than failing the task.
+  spec.set_alignment(v1::ALIGNMENT_ATTENTION_MASK);
+  spec.set_long_demonstrations(v1::LONG_DEMONSTRATION_POLICY_TRUNCATE);
+  spec.set_mode(v1::MODE_STRUCTURED);
+
+  for (v1::Mode mode : plan.modes) {
+    for (int64_t n : report.shots) {
+      EvalCell cell;
+      cell.mode = mode;
+      cell.shots = n;
+      report.cells.push_back(cell);
+    }
+  }
+  auto cell_of = [&](size_t m, size_t k) -> EvalCell& {
+    return report.cells[m * report.shots.size() + k];
+  };
+
+  CancelWatch watch(cancelled);
+  const std::string prefix = plan.task_prefix.empty() ? UniquePrefix() : plan.task_prefix;
+  for (size_t s = 0; s < report.seeds.size(); ++s) {
+    const uint64_t seed = report.seeds[s];
+    const int64_t largest = *std::max_element(report.shots.begin(), report.shots.end());
+    std::vector<size_t> sample =
+        SampleIndices(dataset.train.size(), static_cast<size_t>(largest), seed);
+    for (size_t k = 0; k < report.shots.size(); ++k) {
+      const int64_t n = report.shots[k];
+      if (watch.Cancelled()) return CancelledError();
+      std::vector<v1::Demonstration> demonstrations;
+      for (int64_t i = 0; i < n; ++i) demonstrations.push_back(dataset.train[sample[i]]);
+      EvalTask task(cli, absl::StrCat(prefix, "-n", n, "-seed", seed));
+      progress(absl::StrCat("sample ", s + 1, "/", report.seeds.size(), " (seed ", seed, "), ", n,
+                            " shots: encoding task ", task.id()));
+      auto created = task.Create(spec, demonstrations, &watch);
+      if (!created.ok()) return created.status();
+      if (created->state() != v1::TASK_STATE_READY) {
+        return absl::InternalError(
+            absl::StrCat("task ", task.id(), " is not ready: ", created->error()));
+      }
+      const v1::TaskStats& stats = created->stats();
+      report.group_length = stats.group_length();
+      for (size_t m = 0; m < plan.modes.size(); ++m) {
+        const v1::Mode mode = plan.modes[m];
+        size_t correct = 0;
+        if (report.generation) {
+          auto answers = GenerateAll(cli, task.id(), inputs, mode, &watch);
+          if (!answers.ok()) return answers.status();
+          for (size_t i = 0; i < inputs.size(); ++i) correct += (*answers)[i] == gold_text[i];
+        } else {
+          auto predicted = ClassifyAll(cli, task.id(), inputs, mode, plan.batch, &watch);
+          if (!predicted.ok()) return predicted.status();
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            correct += static_cast<int>((*predicted)[i]) == gold[i];
+          }
+        }
+        EvalCell& cell = cell_of(m, k);
+        cell.accuracy.push_back(static_cast<double>(correct) / static_cast<double>(inputs.size()));
+        cell.used.push_back(mode == v1::MODE_CONVENTIONAL &&
+                                    stats.demonstrations_per_group_size() > 0
+                                ? stats.demonstrations_per_group(0)
+                                : n);
+        progress(absl::StrFormat("sample %d/%d (seed %d), %d shots, %s: accuracy %.4f (%d/%d)",
+                                 s + 1, report.seeds.size(), seed, n, ModeName(mode),
+                                 cell.accuracy.back(), correct, inputs.size()));
+      }
+    }
+  }
+  for (EvalCell& cell : report.cells) Summarize(cell.accuracy, &cell.mean, &cell.std);
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace manyshot::client
