@@ -60,9 +60,7 @@ void HoldOutEveryTenth(std::vector<v1::Demonstration>* train,
   *train = std::move(kept);
 }
 
-absl::StatusOr<std::vector<Record>> ParseLabelFirstLines(std::string_view content,
-                                                         std::string_view source,
-                                                         char label_delimiter) {
+std::vector<Record> ParseLabelFirstLines(std::string_view content, char label_delimiter) {
   std::vector<Record> records;
   int line_number = 0;
   size_t start = 0;
@@ -75,10 +73,8 @@ absl::StatusOr<std::vector<Record>> ParseLabelFirstLines(std::string_view conten
     line = Strip(line);
     if (line.empty()) continue;
     size_t space = line.find_first_of(" \t");
-    if (space == std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(std::string(source), ":", line_number,
-                                                     ": expected 'LABEL TEXT', got one word"));
-    }
+    // A label without a sentence (custrev.all has some) is no example.
+    if (space == std::string_view::npos) continue;
     std::string_view label = line.substr(0, space);
     if (label_delimiter != 0) label = label.substr(0, label.find(label_delimiter));
     nlohmann::json fields = nlohmann::json::object();
@@ -110,7 +106,7 @@ absl::StatusOr<EvalDataset> LoadPresetDataset(const DatasetPreset& preset,
     if (preset.layout == DatasetFileLayout::kLabelFirst) {
       auto content = ReadWholeFile(path);
       if (!content.ok()) return content.status();
-      records = ParseLabelFirstLines(*content, path, preset.label_delimiter);
+      records = ParseLabelFirstLines(*content, preset.label_delimiter);
     } else {
       records = ReadRecords(path, preset.layout == DatasetFileLayout::kCsv ? ExampleFormat::kCsv
                                                                            : ExampleFormat::kJsonl);

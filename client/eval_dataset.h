@@ -38,10 +38,8 @@ void HoldOutEveryTenth(std::vector<v1::Demonstration>* train, std::vector<v1::De
 
 // "LABEL TEXT" lines as records {"label": LABEL, "text": TEXT}; the label ends at the first space
 // or, with `label_delimiter`, at that character (the rest of the first word is dropped). Blank
-// lines are skipped; a line without text is an error naming it.
-absl::StatusOr<std::vector<Record>> ParseLabelFirstLines(std::string_view content,
-                                                         std::string_view source,
-                                                         char label_delimiter = 0);
+// lines and lines holding only a label (custrev.all has a few) are skipped.
+std::vector<Record> ParseLabelFirstLines(std::string_view content, char label_delimiter = 0);
 
 // Reads a preset's files under `datasets_dir` (the folder holding sst2_cbu/, trec_lu/, ...).
 // Errors name the missing file or the offending line.
