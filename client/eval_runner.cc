@@ -88,12 +88,13 @@ class EvalTask {
 
   absl::StatusOr<v1::Task> Create(const v1::TaskSpec& spec,
                                   const std::vector<v1::Demonstration>& demonstrations,
-                                  CancelWatch* watch) {
+                                  const CancelWatch* watch) {
     std::vector<v1::CreateTaskRequest> requests =
         ChunkCreateTaskRequests(task_id_, spec, /*replace=*/false, demonstrations, 1000);
     auto stub = v1::ManyShot::NewStub(cli_.channel);
+    // Not cancelled on Ctrl-C: once the upload is complete the server encodes and stores the task
+    // whatever the client does, so the call runs to its end and the destructor then deletes it.
     auto call = cli_.NewStreamingCall(task_id_);
-    watch->Watch(call.get());
     auto stream = stub->CreateTask(call.get());
     created_ = true;  // from here on the server may hold it: always try to delete
     std::thread writer([&stream, &requests] {
@@ -109,7 +110,6 @@ class EvalTask {
     }
     writer.join();
     grpc::Status status = stream->Finish();
-    watch->Watch(nullptr);
     if (watch->Cancelled()) return CancelledError();
     if (!status.ok()) return FromGrpc(status, absl::StrCat("CreateTask ", task_id_));
     if (!task.has_value()) {
