@@ -25,6 +25,10 @@ constexpr char kUsage[] =
     "  attention   context attention, query batches vs same-run copy/GEMM and PyTorch\n"
     "  soak        64 StreamClassify streams for 10 min, then idle: errors, p50/p99, server RSS\n"
     "              and threads over time, and whether they level off\n"
+    "  accuracy    SST-2 accuracy vs shots (structured, parallel, conventional; mean and std\n"
+    "              over 3 samples, 200 test inputs; --quick: 4 and 64 shots, 2 samples, 50\n"
+    "              inputs) vs the test inputs' majority-class rate; --target=HOST:PORT: a\n"
+    "              running server instead of the default model\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
   if (sub == "service") return manyshot::bench::RunServiceBench(options);
   if (sub == "attention") return manyshot::bench::RunAttentionBench(options);
   if (sub == "soak") return manyshot::bench::RunSoakBench(options);
+  if (sub == "accuracy") return manyshot::bench::RunAccuracyBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

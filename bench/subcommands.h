@@ -45,6 +45,7 @@ int RunCacheBench(const BenchOptions& options);
 int RunServiceBench(const BenchOptions& options);
 int RunAttentionBench(const BenchOptions& options);
 int RunSoakBench(const BenchOptions& options);
+int RunAccuracyBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);
