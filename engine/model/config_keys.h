@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -14,6 +15,14 @@
 namespace manyshot::config_keys {
 
 using Json = nlohmann::json;
+
+// The JSON object in `path`: NOT_FOUND when it cannot be opened, INVALID_ARGUMENT naming the file
+// when it is not valid JSON or not an object.
+absl::StatusOr<Json> ReadJsonObject(const std::filesystem::path& path);
+
+// The shortest decimal that reads back as `f`, as a double: 1e-5f is written "1e-05", not
+// "9.999999747378752e-06", so written configs look like HF's and round-trip exactly.
+double ShortestDecimal(float f);
 
 // Reads typed keys out of one JSON object, building errors that name the file and key.
 class KeyReader {

@@ -1,0 +1,124 @@
+// Weight scales follow transformers' T5 initialisation (_init_weights: q ~ (d_model d_kv)^-1/2,
+// k/v/wi ~ d_model^-1/2, o ~ inner^-1/2, wo ~ d_ff^-1/2) with q sharpened 1.5x and the relative
+// position table at 1.0 (not d_model^-1/2), so that attention is peaked and position-dependent and
+// a wrong bucket moves the goldens; embeddings N(0, 1) as T5's; norm weights 1 + 0.1 N(0, 1);
+// an untied lm_head 2 d_model^-1/2 (logits of standard deviation about 2, as tiny_model.cc).
+#include "engine/model/tiny_t5_model.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/t5_tensor_names.h"
+#include "engine/model/tiny_model.h"
+#include "nlohmann/json.hpp"
+
+namespace manyshot {
+namespace {
+
+absl::Status Validate(const TinyT5Spec& s) {
+  const T5Config& c = s.config;
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
+                         {"d_model", c.d_model},
+                         {"d_kv", c.d_kv},
+                         {"d_ff", c.d_ff},
+                         {"num_layers", c.num_layers},
+                         {"num_decoder_layers", c.num_decoder_layers},
+                         {"num_heads", c.num_heads}}) {
+    if (v <= 0 || v > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tiny T5 spec: ", name, " must be in [1, 2^20], got ", v));
+    }
+  }
+  if (c.relative_attention_num_buckets < 4 ||
+      c.relative_attention_max_distance <= c.relative_attention_num_buckets / 2) {
+    return absl::InvalidArgumentError(
+        "tiny T5 spec: need num_buckets >= 4 and max_distance > num_buckets / 2");
+  }
+  if (s.shards < 1 || s.shards > 64) {
+    return absl::InvalidArgumentError("tiny T5 spec: shards must be in [1, 64]");
+  }
+  return absl::OkStatus();
+}
+
+// (mean, standard deviation) of a tensor's values by its role.
+std::pair<double, double> Scale(const T5Config& c, T5Role role) {
+  const double d = static_cast<double>(c.d_model);
+  switch (role) {
+    case T5Role::kTokenEmbd:
+      return {0.0, 1.0};
+    case T5Role::kOutput:
+      return {0.0, 2.0 / std::sqrt(d)};
+    case T5Role::kAttnNorm:
+    case T5Role::kCrossNorm:
+    case T5Role::kFfnNorm:
+    case T5Role::kOutputNorm:
+      return {1.0, 0.1};
+    case T5Role::kAttnQ:
+    case T5Role::kCrossQ:
+      return {0.0, 1.5 / std::sqrt(d * static_cast<double>(c.d_kv))};
+    case T5Role::kAttnK:
+    case T5Role::kAttnV:
+    case T5Role::kCrossK:
+    case T5Role::kCrossV:
+    case T5Role::kFfnUp:
+    case T5Role::kFfnGate:
+      return {0.0, 1.0 / std::sqrt(d)};
+    case T5Role::kAttnOut:
+    case T5Role::kCrossOut:
+      return {0.0, 1.0 / std::sqrt(static_cast<double>(c.inner_dim()))};
+    case T5Role::kFfnDown:
+      return {0.0, 1.0 / std::sqrt(static_cast<double>(c.d_ff))};
+    case T5Role::kAttnRelBias:
+      return {0.0, 1.0};
+  }
+  return {0.0, 1.0};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorToWrite>> TinyT5Tensors(const TinyT5Spec& spec) {
+  if (auto st = Validate(spec); !st.ok()) return st;
+  std::vector<TensorToWrite> out;
+  for (const T5Tensor& t : T5ExpectedTensors(spec.config)) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    auto [mean, sd] = Scale(spec.config, t.role);
+    NormalRng rng(
+        HashBytes(reinterpret_cast<const std::byte*>(t.name.data()), t.name.size(), spec.seed));
+    std::vector<float> values(n);
+    for (float& x : values) x = static_cast<float>(mean + sd * rng.NextNormal());
+    out.push_back({t.name, spec.dtype, t.shape, std::move(values)});
+  }
+  return out;
+}
+
+absl::Status WriteTinyT5Model(const TinyT5Spec& spec, const std::filesystem::path& out_dir) {
+  auto tensors = TinyT5Tensors(spec);
+  if (!tensors.ok()) return tensors.status();
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(out_dir.string(), ": ", ec.message()));
+  T5Config config = spec.config;
+  config.torch_dtype = spec.dtype == DType::kF32   ? "float32"
+                       : spec.dtype == DType::kF16 ? "float16"
+                                                   : "bfloat16";
+  nlohmann::ordered_json marker;
+  marker["random_weights"] = true;
+  marker["note"] =
+      "tiny T5 with deterministic random weights (make-tiny-t5); outputs are meaningless";
+  marker["seed"] = spec.seed;
+  marker["shards"] = spec.shards;
+  for (const auto& [file, text] :
+       {std::pair<const char*, std::string>{"config.json", T5ConfigToJson(config)},
+        {"manyshot_tiny_model.json", marker.dump(2) + "\n"}}) {
+    std::ofstream f(out_dir / file, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f) return absl::InternalError(absl::StrCat((out_dir / file).string(), ": write failed"));
+  }
+  return WriteModelSafetensors(out_dir, *tensors, spec.shards);
+}
+
+}  // namespace manyshot

@@ -1,0 +1,468 @@
+#include "engine/t5/t5_model.h"
+
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/stable_hash.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/t5_tensor_names.h"
+#include "engine/t5/relative_position.h"
+
+namespace manyshot {
+
+struct T5Model::Block {
+  Tensor attn_norm, qkv_w, o_w;  // self-attention: q | k | v fused [3 inner, d_model]
+  Tensor cross_norm, cross_q_w, cross_k_w, cross_v_w, cross_o_w;  // decoder only
+  Tensor ffn_norm;
+  Tensor up_w;  // "relu": wi [d_ff, d_model]; "gated-gelu": wi_0 | wi_1 [2 d_ff, d_model]
+  Tensor down_w;
+};
+
+namespace {
+
+#define T5_ASSIGN(lhs, expr)                        \
+  do {                                              \
+    auto t5_result = (expr);                        \
+    if (!t5_result.ok()) return t5_result.status(); \
+    lhs = *std::move(t5_result);                    \
+  } while (0)
+
+// Reads checkpoint tensors by role (T5ExpectedTensors) into host f32 and uploads them in the
+// compute dtype, concatenating along rows where the forward pass wants one GEMM.
+class WeightLoader {
+ public:
+  WeightLoader(const SafetensorsArchive& archive, const T5Config& config, Backend& backend,
+               DType dtype)
+      : archive_(archive), backend_(backend), dtype_(dtype) {
+    for (T5Tensor& t : T5ExpectedTensors(config)) {
+      const auto key = std::make_tuple(t.stack, t.role, t.block);
+      expected_.emplace(key, std::move(t));
+    }
+  }
+
+  absl::StatusOr<std::vector<float>> Host(T5Stack stack, T5Role role, int64_t block) const {
+    const T5Tensor& t = expected_.at(std::make_tuple(stack, role, block));
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    std::vector<float> host(static_cast<size_t>(n));
+    std::string name = t.name;
+    if (role == T5Role::kTokenEmbd) {  // the first spelling the checkpoint has
+      for (std::string_view alt : T5TokenEmbeddingNames()) {
+        if (archive_.Find(alt) != nullptr) {
+          name = std::string(alt);
+          break;
+        }
+      }
+    }
+    auto status = archive_.ReadF32(name, t.shape, host.data());
+    if (!status.ok()) return status;
+    return host;
+  }
+
+  // The tensors of `roles` (same columns) stacked along rows, on the device.
+  absl::StatusOr<Tensor> Load(T5Stack stack, std::initializer_list<T5Role> roles,
+                              int64_t block = -1, float multiplier = 1.0f) const {
+    std::vector<float> host;
+    std::vector<int64_t> shape;
+    for (T5Role role : roles) {
+      std::vector<float> part;
+      T5_ASSIGN(part, Host(stack, role, block));
+      const std::vector<int64_t>& s = expected_.at(std::make_tuple(stack, role, block)).shape;
+      if (shape.empty()) {
+        shape = s;
+      } else {
+        shape[0] += s[0];
+      }
+      host.insert(host.end(), part.begin(), part.end());
+    }
+    if (multiplier != 1.0f) {
+      for (float& v : host) v *= multiplier;
+    }
+    return Upload(host, shape);
+  }
+
+  absl::StatusOr<Tensor> Upload(const std::vector<float>& host, std::vector<int64_t> shape) const {
+    Tensor wide;
+    T5_ASSIGN(wide, backend_.Allocate(DType::kF32, shape));
+    backend_.CopyFromHost(host.data(), wide);
+    Tensor out = wide;
+    if (dtype_ != DType::kF32) {  // rounded on the device by the backend's own Convert
+      T5_ASSIGN(out, backend_.Allocate(dtype_, shape));
+      backend_.Convert(wide, out);
+    }
+    auto status = backend_.Synchronize();
+    if (!status.ok()) return status;
+    return out;
+  }
+
+ private:
+  const SafetensorsArchive& archive_;
+  Backend& backend_;
+  DType dtype_;
+  std::map<std::tuple<T5Stack, T5Role, int64_t>, T5Tensor> expected_;
+};
+
+// Allocates every tensor of a list up front, so out-of-memory fails before any work.
+absl::Status AllocateAll(
+    Backend& b, std::initializer_list<std::tuple<Tensor*, DType, std::vector<int64_t>>> tensors) {
+  for (const auto& [t, dtype, shape] : tensors) {
+    auto allocated = b.Allocate(dtype, shape);
+    if (!allocated.ok()) return allocated.status();
+    *t = *std::move(allocated);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> UploadBias(Backend& b, const std::vector<float>& bias, int64_t heads,
+                                  int64_t q_len, int64_t k_len) {
+  auto t = b.Allocate(DType::kF32, {heads, q_len, k_len});
+  if (!t.ok()) return t.status();
+  b.CopyFromHost(bias.data(), *t);
+  return t;
+}
+
+}  // namespace
+
+T5Model::~T5Model() = default;
+
+absl::StatusOr<std::unique_ptr<T5Model>> T5Model::Load(const std::filesystem::path& model_dir,
+                                                       Backend& backend,
+                                                       TransformerOptions options) {
+  std::unique_ptr<T5Model> model(new T5Model());
+  model->backend_ = &backend;
+  model->compute_dtype_ = options.compute.value_or(backend.default_compute_dtype());
+  model->kv_dtype_ = options.kv.value_or(model->compute_dtype_);
+  if (!IsFloat(model->compute_dtype_) || !backend.SupportsComputeDType(model->compute_dtype_)) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", backend.name(),
+                                                   " backend cannot compute in ",
+                                                   std::string(DTypeName(model->compute_dtype_))));
+  }
+  if (!IsFloat(model->kv_dtype_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV dtype ", std::string(DTypeName(model->kv_dtype_)), " is not a float type"));
+  }
+  T5_ASSIGN(model->config_, ParseT5Config(model_dir / "config.json"));
+  auto status = model->LoadWeights(model_dir);
+  if (!status.ok()) return status;
+  return model;
+}
+
+absl::Status T5Model::LoadWeights(const std::filesystem::path& model_dir) {
+  auto archive_or = SafetensorsArchive::Open(model_dir);
+  if (!archive_or.ok()) return archive_or.status();
+  const SafetensorsArchive& archive = *archive_or;
+  const T5Config& c = config_;
+  StableHash config_hash;
+  config_hash.Update(T5ConfigToJson(c));
+  fingerprint_ = absl::StrCat(archive.fingerprint(), "-", config_hash.Hex());
+  WeightLoader w(archive, c, *backend_, compute_dtype_);
+  using R = T5Role;
+  using S = T5Stack;
+  T5_ASSIGN(embed_, w.Load(S::kShared, {R::kTokenEmbd}));
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    T5_ASSIGN(lm_head_, w.Load(S::kShared, {R::kOutput}));
+  }
+  T5_ASSIGN(encoder_final_norm_, w.Load(S::kEncoder, {R::kOutputNorm}));
+  // Tied heads see the decoder output times d_model^-0.5; folded into the final norm's weight.
+  const float rescale = c.tie_word_embeddings
+                            ? static_cast<float>(std::pow(static_cast<double>(c.d_model), -0.5))
+                            : 1.0f;
+  T5_ASSIGN(decoder_final_norm_, w.Load(S::kDecoder, {R::kOutputNorm}, -1, rescale));
+  T5_ASSIGN(encoder_bias_table_, w.Host(S::kEncoder, R::kAttnRelBias, -1));
+  T5_ASSIGN(decoder_bias_table_, w.Host(S::kDecoder, R::kAttnRelBias, -1));
+  const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
+  for (S stack : {S::kEncoder, S::kDecoder}) {
+    const int64_t blocks = stack == S::kEncoder ? c.num_layers : c.num_decoder_layers;
+    for (int64_t l = 0; l < blocks; ++l) {
+      auto b = std::make_unique<Block>();
+      T5_ASSIGN(b->attn_norm, w.Load(stack, {R::kAttnNorm}, l));
+      T5_ASSIGN(b->qkv_w, w.Load(stack, {R::kAttnQ, R::kAttnK, R::kAttnV}, l));
+      T5_ASSIGN(b->o_w, w.Load(stack, {R::kAttnOut}, l));
+      if (stack == S::kDecoder) {
+        T5_ASSIGN(b->cross_norm, w.Load(stack, {R::kCrossNorm}, l));
+        T5_ASSIGN(b->cross_q_w, w.Load(stack, {R::kCrossQ}, l));
+        T5_ASSIGN(b->cross_k_w, w.Load(stack, {R::kCrossK}, l));
+        T5_ASSIGN(b->cross_v_w, w.Load(stack, {R::kCrossV}, l));
+        T5_ASSIGN(b->cross_o_w, w.Load(stack, {R::kCrossOut}, l));
+      }
+      T5_ASSIGN(b->ffn_norm, w.Load(stack, {R::kFfnNorm}, l));
+      if (gated) {
+        T5_ASSIGN(b->up_w, w.Load(stack, {R::kFfnGate, R::kFfnUp}, l));
+      } else {
+        T5_ASSIGN(b->up_w, w.Load(stack, {R::kFfnUp}, l));
+      }
+      T5_ASSIGN(b->down_w, w.Load(stack, {R::kFfnDown}, l));
+      (stack == S::kEncoder ? encoder_ : decoder_).push_back(std::move(b));
+    }
+  }
+  return absl::OkStatus();
+}
+
+KvCache T5Model::NewDecoderCache(int64_t capacity) const {
+  return KvCache(*backend_, config_.num_decoder_layers, config_.num_heads, config_.d_kv,
+                 std::max<int64_t>(1, capacity), kv_dtype_);
+}
+
+void T5Model::FeedForward(const Block& w, const Tensor& x, const Tensor& h, const Tensor& up,
+                          const Tensor& act) const {
+  Backend& b = *backend_;
+  b.RmsNorm(x, w.ffn_norm, config_.layer_norm_epsilon, h);
+  b.Linear(h, w.up_w, WeightLayout::kOutIn, Tensor(), up);
+  if (config_.feed_forward == T5FeedForward::kGatedGelu) {
+    b.GeGlu(up, act);
+  } else {
+    b.Relu(up);
+  }
+  b.Linear(act, w.down_w, WeightLayout::kOutIn, Tensor(), h);
+  b.Add(x, h);
+}
+
+absl::StatusOr<T5EncoderOutput> T5Model::Encode(
+    absl::Span<const std::vector<int32_t>> inputs) const {
+  const T5Config& c = config_;
+  T5EncoderOutput out;
+  std::vector<int32_t> ids;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    if (inputs[s].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("encoder input ", s, " is empty"));
+    }
+    for (size_t i = 0; i < inputs[s].size(); ++i) {
+      if (inputs[s][i] < 0 || inputs[s][i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("encoder input ", s, " token ", i, ": id ", inputs[s][i],
+                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    out.begins.push_back(static_cast<int64_t>(ids.size()));
+    out.lengths.push_back(static_cast<int64_t>(inputs[s].size()));
+    ids.insert(ids.end(), inputs[s].begin(), inputs[s].end());
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) return out;
+  Backend& b = *backend_;
+  const DType dt = compute_dtype_;
+  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads, dkv = c.d_kv;
+  const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
+  Tensor x, h, qkv, q, k, v, attn, lse, up, act, id_t;
+  auto status = AllocateAll(b, {{&x, dt, {T, d}},
+                                {&h, dt, {T, d}},
+                                {&qkv, dt, {T, 3 * inner}},
+                                {&q, dt, {T, heads, dkv}},
+                                {&k, dt, {T, heads, dkv}},
+                                {&v, dt, {T, heads, dkv}},
+                                {&attn, dt, {T, heads, dkv}},
+                                {&lse, DType::kF32, {T, heads}},
+                                {&up, dt, {T, gated ? 2 * c.d_ff : c.d_ff}},
+                                {&id_t, DType::kI32, {T}},
+                                {&out.states, dt, {T, d}}});
+  if (!status.ok()) return status;
+  act = up;
+  if (gated) T5_ASSIGN(act, b.Allocate(dt, {T, c.d_ff}));
+  b.CopyFromHost(ids.data(), id_t);
+  b.Embedding(id_t, embed_, x, /*accumulate=*/false);
+
+  // Bidirectional position bias, one per distinct input length (it depends on nothing else).
+  const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,
+                          /*bidirectional=*/true, /*causal=*/false};
+  std::map<int64_t, Tensor> biases;
+  for (int64_t n : out.lengths) {
+    if (biases.count(n)) continue;
+    T5_ASSIGN(biases[n], UploadBias(b, T5PositionBias(encoder_bias_table_, heads, shape, 0, n, n),
+                                    heads, n, n));
+  }
+  std::vector<Tensor> k_rows, v_rows;
+  for (int64_t s = 0; s < out.inputs(); ++s) {
+    k_rows.push_back(k.Rows(out.begins[s], out.begins[s] + out.lengths[s]));
+    v_rows.push_back(v.Rows(out.begins[s], out.begins[s] + out.lengths[s]));
+  }
+  std::vector<BiasedAttentionSequence> seqs;
+  for (int64_t s = 0; s < out.inputs(); ++s) {
+    const int64_t n = out.lengths[s];
+    seqs.push_back({out.begins[s], n, &k_rows[s], &v_rows[s], n, &biases.at(n)});
+  }
+  for (const auto& w : encoder_) {
+    b.RmsNorm(x, w->attn_norm, c.layer_norm_epsilon, h);
+    b.Linear(h, w->qkv_w, WeightLayout::kOutIn, Tensor(), qkv);
+    b.SplitQkv(qkv, q, k, v);
+    b.AttendBiased(q, seqs, /*scale=*/1.0f, {attn, lse});  // T5 has no 1/sqrt(d_kv)
+    b.Linear(attn.Reshape({T, inner}), w->o_w, WeightLayout::kOutIn, Tensor(), h);
+    b.Add(x, h);
+    FeedForward(*w, x, h, up, act);
+  }
+  b.RmsNorm(x, encoder_final_norm_, c.layer_norm_epsilon, out.states);
+  // Cross-attention K/V of every decoder layer, once per encoder output.
+  for (const auto& w : decoder_) {
+    Tensor ck, cv;
+    status = AllocateAll(b, {{&ck, dt, {T, heads, dkv}}, {&cv, dt, {T, heads, dkv}}});
+    if (!status.ok()) return status;
+    b.Linear(out.states, w->cross_k_w, WeightLayout::kOutIn, Tensor(), ck.Reshape({T, inner}));
+    b.Linear(out.states, w->cross_v_w, WeightLayout::kOutIn, Tensor(), cv.Reshape({T, inner}));
+    out.cross_k.push_back(std::move(ck));
+    out.cross_v.push_back(std::move(cv));
+  }
+  status = b.Synchronize();
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence> sequences) const {
+  const T5Config& c = config_;
+  std::vector<int32_t> ids;
+  std::vector<int64_t> begins, pasts;
+  std::vector<int32_t> logit_rows;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const T5DecoderSequence& seq = sequences[s];
+    if (seq.cache == nullptr || seq.encoder == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoder sequence ", s, " has no KV cache or no encoder output"));
+    }
+    if (seq.input < 0 || seq.input >= seq.encoder->inputs()) {
+      return absl::InvalidArgumentError(absl::StrCat("decoder sequence ", s, ": input ", seq.input,
+                                                     " is not one of the encoder output's ",
+                                                     seq.encoder->inputs(), " inputs"));
+    }
+    if (static_cast<int64_t>(seq.encoder->cross_k.size()) != c.num_decoder_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoder sequence ", s, ": the encoder output is not this model's"));
+    }
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("decoder sequence ", s, " token ", i, ": id ", seq.tokens[i],
+                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    begins.push_back(static_cast<int64_t>(ids.size()));
+    pasts.push_back(seq.cache->length());
+    for (int64_t r : seq.logit_rows) {
+      if (r < 0 || r >= static_cast<int64_t>(seq.tokens.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("decoder sequence ", s, ": logit row ", r, " is not one of its tokens"));
+      }
+      logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
+    }
+    ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
+    auto reserved = seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
+    if (!reserved.ok()) return reserved;
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ForwardResult result;
+  result.vocab_size = c.vocab_size;
+  if (T == 0) return result;
+
+  Backend& b = *backend_;
+  const DType dt = compute_dtype_;
+  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads, dkv = c.d_kv;
+  const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
+  Tensor x, h, qkv, q, k, v, attn, lse, up, act, id_t;
+  auto status = AllocateAll(b, {{&x, dt, {T, d}},
+                                {&h, dt, {T, d}},
+                                {&qkv, dt, {T, 3 * inner}},
+                                {&q, dt, {T, heads, dkv}},
+                                {&k, dt, {T, heads, dkv}},
+                                {&v, dt, {T, heads, dkv}},
+                                {&attn, dt, {T, heads, dkv}},
+                                {&lse, DType::kF32, {T, heads}},
+                                {&up, dt, {T, gated ? 2 * c.d_ff : c.d_ff}},
+                                {&id_t, DType::kI32, {T}}});
+  if (!status.ok()) return status;
+  act = up;
+  if (gated) T5_ASSIGN(act, b.Allocate(dt, {T, c.d_ff}));
+  b.CopyFromHost(ids.data(), id_t);
+  b.Embedding(id_t, embed_, x, /*accumulate=*/false);
+
+  // Causal relative position bias of each sequence's new rows against all its keys so far.
+  const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,
+                          /*bidirectional=*/false, /*causal=*/true};
+  std::vector<Tensor> self_bias(sequences.size());
+  std::vector<BiasedAttentionSequence> self(sequences.size()), cross(sequences.size());
+  std::vector<Tensor> cross_k(sequences.size()), cross_v(sequences.size());
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(sequences[s].tokens.size());
+    const int64_t keys = pasts[s] + n;
+    T5_ASSIGN(self_bias[s],
+              UploadBias(b, T5PositionBias(decoder_bias_table_, heads, shape, pasts[s], n, keys),
+                         heads, n, keys));
+    self[s] = {begins[s], n, nullptr, nullptr, keys, &self_bias[s]};
+  }
+  for (size_t l = 0; l < decoder_.size(); ++l) {
+    const Block& w = *decoder_[l];
+    const auto layer = static_cast<int64_t>(l);
+    b.RmsNorm(x, w.attn_norm, c.layer_norm_epsilon, h);
+    b.Linear(h, w.qkv_w, WeightLayout::kOutIn, Tensor(), qkv);
+    b.SplitQkv(qkv, q, k, v);
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      const int64_t n = self[s].q_len;
+      KvCache& cache = *sequences[s].cache;
+      cache.Write(layer, k.Rows(begins[s], begins[s] + n), v.Rows(begins[s], begins[s] + n));
+      self[s].k = &cache.k(layer);
+      self[s].v = &cache.v(layer);
+    }
+    b.AttendBiased(q, self, /*scale=*/1.0f, {attn, lse});
+    b.Linear(attn.Reshape({T, inner}), w.o_w, WeightLayout::kOutIn, Tensor(), h);
+    b.Add(x, h);
+
+    // Cross-attention: every new row against all of its input's encoder rows, no position bias.
+    b.RmsNorm(x, w.cross_norm, c.layer_norm_epsilon, h);
+    b.Linear(h, w.cross_q_w, WeightLayout::kOutIn, Tensor(), q.Reshape({T, inner}));
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      const T5EncoderOutput& enc = *sequences[s].encoder;
+      const int64_t eb = enc.begins[sequences[s].input], en = enc.lengths[sequences[s].input];
+      cross_k[s] = enc.cross_k[l].Rows(eb, eb + en);
+      cross_v[s] = enc.cross_v[l].Rows(eb, eb + en);
+      cross[s] = {begins[s], self[s].q_len, &cross_k[s], &cross_v[s], en, nullptr};
+    }
+    b.AttendBiased(q, cross, /*scale=*/1.0f, {attn, lse});
+    b.Linear(attn.Reshape({T, inner}), w.cross_o_w, WeightLayout::kOutIn, Tensor(), h);
+    b.Add(x, h);
+    FeedForward(w, x, h, up, act);
+  }
+  for (const T5DecoderSequence& seq : sequences) {
+    seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
+  }
+  if (logit_rows.empty()) {
+    status = b.Synchronize();
+    if (!status.ok()) return status;
+    return result;
+  }
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  Tensor rows_t, picked, normed, logits;
+  status = AllocateAll(b, {{&rows_t, DType::kI32, {R}},
+                           {&picked, dt, {R, d}},
+                           {&normed, dt, {R, d}},
+                           {&logits, DType::kF32, {R, c.vocab_size}}});
+  if (!status.ok()) return status;
+  b.CopyFromHost(logit_rows.data(), rows_t);
+  b.GatherRows(x, rows_t, picked);
+  b.RmsNorm(picked, decoder_final_norm_, c.layer_norm_epsilon, normed);
+  b.Linear(normed, lm_head_, WeightLayout::kOutIn, Tensor(), logits);
+  result.logits.resize(static_cast<size_t>(R * c.vocab_size));
+  status = b.CopyToHost(logits, result.logits.data());
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<std::vector<float>> T5Model::StatesToHost(const T5EncoderOutput& encoded,
+                                                         int64_t i) const {
+  if (i < 0 || i >= encoded.inputs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input ", i, " is not one of the encoder output's ", encoded.inputs(), " inputs"));
+  }
+  const int64_t n = encoded.lengths[i];
+  Tensor rows = encoded.states.Rows(encoded.begins[i], encoded.begins[i] + n);
+  Tensor wide = rows;
+  if (rows.dtype() != DType::kF32) {
+    T5_ASSIGN(wide, backend_->Allocate(DType::kF32, {n, config_.d_model}));
+    backend_->Convert(rows, wide);
+  }
+  std::vector<float> host(static_cast<size_t>(n * config_.d_model));
+  auto status = backend_->CopyToHost(wide, host.data());
+  if (!status.ok()) return status;
+  return host;
+}
+
+}  // namespace manyshot

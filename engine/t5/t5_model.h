@@ -1,0 +1,99 @@
+// A T5 encoder-decoder on a Backend: loads a Hugging Face T5 directory (t5_config.h,
+// t5_tensor_names.h) and runs the encoder over a batch of inputs, then the decoder, teacher-forced
+// or token by token with a self-attention KV cache. Cross-attention keys/values are computed once
+// per encoder output (T5EncoderOutput) and reused by every decoder step and every candidate that
+// decodes against the same input.
+//
+// Semantics are transformers' T5ForConditionalGeneration: T5 LayerNorm (RMS, weight only, f32),
+// no 1/sqrt(d) in attention, the relative position bias of block 0 shared by every layer of its
+// stack (bidirectional in the encoder, causal in the decoder), none in cross-attention; logits
+// rescaled by d_model^-0.5 when the head is tied to the embeddings. Attention goes through
+// Backend::AttendBiased, whose bias argument is where a block mask (SAICL) fits later.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/core/backend.h"
+#include "engine/model/t5_config.h"
+#include "engine/transformer/kv_cache.h"
+#include "engine/transformer/transformer.h"
+
+namespace manyshot {
+
+// The encoder's result for a batch of inputs: what the decoder attends to.
+struct T5EncoderOutput {
+  std::vector<int64_t> begins, lengths;  // each input's rows of `states`
+  Tensor states;                         // [T, d_model], after the final layer norm
+  // Per decoder layer, the cross-attention keys/values of every row: [T, heads, d_kv].
+  std::vector<Tensor> cross_k, cross_v;
+  int64_t inputs() const { return static_cast<int64_t>(begins.size()); }
+};
+
+// One sequence of a decoder pass: its new tokens (the first pass of a sequence begins with
+// decoder_start_token_id), appended to `cache`, attending to input `input` of `encoder`.
+struct T5DecoderSequence {
+  absl::Span<const int32_t> tokens;
+  KvCache* cache = nullptr;
+  const T5EncoderOutput* encoder = nullptr;
+  int64_t input = 0;
+  absl::Span<const int64_t> logit_rows;  // indices into tokens whose logits are wanted
+};
+
+class T5Model {
+ public:
+  // Loads config.json and the safetensors weights (converted to the compute dtype). Errors name
+  // the file and the key or tensor; a dtype the backend cannot compute in is INVALID_ARGUMENT.
+  static absl::StatusOr<std::unique_ptr<T5Model>> Load(const std::filesystem::path& model_dir,
+                                                       Backend& backend,
+                                                       TransformerOptions options = {});
+  ~T5Model();
+
+  const T5Config& config() const { return config_; }
+  Backend& backend() const { return *backend_; }
+  DType compute_dtype() const { return compute_dtype_; }
+  DType kv_dtype() const { return kv_dtype_; }
+  // Hex fingerprint of config and weights.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // Runs the encoder over every input (token ids, each non-empty) and computes the decoder's
+  // cross-attention K/V for them. INVALID_ARGUMENT names the input and index of a bad id.
+  absl::StatusOr<T5EncoderOutput> Encode(absl::Span<const std::vector<int32_t>> inputs) const;
+
+  // An empty decoder self-attention cache; `capacity` rows are allocated by the first pass.
+  KvCache NewDecoderCache(int64_t capacity) const;
+
+  // Runs every sequence's new tokens through the decoder (positions continue from its cache).
+  // Returns the requested rows' logits (f32, [rows, vocab]) after the backend has finished.
+  absl::StatusOr<ForwardResult> Decode(absl::Span<const T5DecoderSequence> sequences) const;
+
+  // The encoder states of input `i` on the host, [length, d_model] row-major (tests, tools).
+  absl::StatusOr<std::vector<float>> StatesToHost(const T5EncoderOutput& encoded, int64_t i) const;
+
+ private:
+  struct Block;
+  T5Model() = default;
+  absl::Status LoadWeights(const std::filesystem::path& model_dir);
+  // One attention sublayer's projections and the feed-forward, shared by both stacks.
+  void FeedForward(const Block& w, const Tensor& x, const Tensor& h, const Tensor& up,
+                   const Tensor& act) const;
+
+  Backend* backend_ = nullptr;
+  T5Config config_;
+  std::string fingerprint_;
+  DType compute_dtype_ = DType::kF32;
+  DType kv_dtype_ = DType::kF32;
+  Tensor embed_;               // shared [V, d_model]
+  Tensor lm_head_;             // [V, d_model] (== embed_ when tied)
+  Tensor encoder_final_norm_;  // [d_model]
+  Tensor decoder_final_norm_;  // [d_model]; times d_model^-0.5 when tied (T5's rescale)
+  std::vector<float> encoder_bias_table_, decoder_bias_table_;  // host [buckets, heads]
+  std::vector<std::unique_ptr<Block>> encoder_, decoder_;
+};
+
+}  // namespace manyshot
