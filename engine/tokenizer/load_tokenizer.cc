@@ -84,10 +84,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const fs::path& model_d
       if (!names.ok()) return names.status();
       return LoadGpt2VocabMerges(*vocab, *merges, *names, hash.Hex());
     }
-    if (IsFile(model_dir / "tokenizer.model")) {
-      auto proto = ReadFile(model_dir / "tokenizer.model");
+    // tokenizer.model is what Llama ships; T5 ships the same format as spiece.model.
+    for (const char* name : {"tokenizer.model", "spiece.model"}) {
+      if (!IsFile(model_dir / name)) continue;
+      auto proto = ReadFile(model_dir / name);
       if (!proto.ok()) return proto.status();
-      hash.UpdateFile("tokenizer.model", *proto);
+      hash.UpdateFile(name, *proto);
       auto names = ReadSpecialTokenNames(model_dir, hash);
       if (!names.ok()) return names.status();
       return LoadSentencePieceModel(*proto, *names, hash.Hex());
@@ -98,7 +100,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const fs::path& model_d
                                               have_vocab ? "merges.txt" : "vocab.json"));
     }
     return absl::NotFoundError(
-        "no tokenizer.json, vocab.json + merges.txt, or tokenizer.model in the directory");
+        "no tokenizer.json, vocab.json + merges.txt, tokenizer.model or spiece.model in the "
+        "directory");
   };
   auto result = load();
   if (!result.ok()) return WithDir(result.status(), model_dir);

@@ -269,7 +269,7 @@ absl::Status ReadNormalizerSpec(WireReader& r, Proto::Normalizer& n) {
         break;
       case 2:
         s = r.String(wire, "precompiled_charsmap", text);
-        if (s.ok()) n.precompiled_charsmap_size = text.size();
+        if (s.ok()) n.precompiled_charsmap = std::string(text);
         break;
       case 3:
         s = r.Bool(wire, "add_dummy_prefix", n.add_dummy_prefix);
@@ -302,6 +302,15 @@ std::string_view ModelTypeName(SentencePieceModelProto::ModelType type) {
       return "CHAR";
   }
   return "UNKNOWN";
+}
+
+std::optional<int32_t> ControlPieceId(const SentencePieceModelProto& proto, std::string_view name) {
+  for (size_t i = 0; i < proto.pieces.size(); ++i) {
+    if (proto.pieces[i].piece != name) continue;
+    if (proto.pieces[i].type != Proto::PieceType::kControl) return std::nullopt;
+    return static_cast<int32_t>(i);
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<SentencePieceModelProto> ReadSentencePieceModel(std::string_view bytes,

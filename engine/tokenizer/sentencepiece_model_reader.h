@@ -18,6 +18,7 @@
 #define MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_MODEL_READER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,7 +46,7 @@ struct SentencePieceModelProto {
 
   struct Normalizer {
     std::string name;
-    size_t precompiled_charsmap_size = 0;  // the rules themselves are not kept
+    std::string precompiled_charsmap;  // the rules' bytes (precompiled_charsmap.h), may be empty
     bool add_dummy_prefix = true;
     bool remove_extra_whitespaces = true;
     bool escape_whitespaces = true;
@@ -73,6 +74,10 @@ struct SentencePieceModelProto {
 
 // "UNIGRAM", "BPE", "WORD", "CHAR".
 std::string_view ModelTypeName(SentencePieceModelProto::ModelType type);
+
+// The id of the piece named `name` when it is a control piece, as libsentencepiece's bos_id() and
+// eos_id() answer (nullopt where they answer -1).
+std::optional<int32_t> ControlPieceId(const SentencePieceModelProto& proto, std::string_view name);
 
 // Parses the bytes of a tokenizer.model; `source` (e.g. "tokenizer.model") starts every error.
 absl::StatusOr<SentencePieceModelProto> ReadSentencePieceModel(std::string_view bytes,

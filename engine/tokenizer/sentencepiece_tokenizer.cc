@@ -1,4 +1,5 @@
-// tokenizer.model (SentencePiece) -> BpeTokenizer, without libsentencepiece.
+// tokenizer.model (SentencePiece) -> BpeTokenizer, without libsentencepiece. Unigram models
+// (T5's spiece.model) go to BuildUnigramTokenizer (unigram_tokenizer.h) instead.
 //
 // The model is read by sentencepiece_model_reader and converted at load time the way Hugging
 // Face's LlamaConverter (and tools/tokenizer_parity/sp_model_to_tokenizer_json.py) converts it to
@@ -25,6 +26,7 @@
 #include "engine/tokenizer/sentencepiece_model_reader.h"
 #include "engine/tokenizer/special_ids.h"
 #include "engine/tokenizer/text_util.h"
+#include "engine/tokenizer/unigram_tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace manyshot {
@@ -44,8 +46,9 @@ absl::Status Bad(std::string_view what) {
 absl::Status Unsupported(std::string_view what) {
   return absl::UnimplementedError(
       absl::StrCat(ToAbsl(kFile), ": ", ToAbsl(what),
-                   " is not supported (only BPE models with identity normalization, as Llama-2 "
-                   "and Mistral ship); put the model's tokenizer.json in the directory instead "
+                   " is not supported (only Unigram models, and BPE models with identity "
+                   "normalization as Llama-2 and Mistral ship); put the model's tokenizer.json in "
+                   "the directory instead "
                    "(it is preferred to tokenizer.model when present)"));
 }
 
@@ -55,7 +58,7 @@ absl::Status CheckSupported(const Proto& proto) {
     return Unsupported(
         absl::StrCat("SentencePiece model type ", ToAbsl(ModelTypeName(proto.model_type))));
   }
-  if (proto.normalizer.precompiled_charsmap_size > 0) {
+  if (!proto.normalizer.precompiled_charsmap.empty()) {
     return Unsupported(absl::StrCat("normalization rule \"", proto.normalizer.name, "\""));
   }
   if (proto.normalizer.remove_extra_whitespaces) {
@@ -64,7 +67,7 @@ absl::Status CheckSupported(const Proto& proto) {
   if (!proto.normalizer.escape_whitespaces) {
     return Unsupported("normalizer_spec.escape_whitespaces = false");
   }
-  if (proto.has_denormalizer && proto.denormalizer.precompiled_charsmap_size > 0) {
+  if (proto.has_denormalizer && !proto.denormalizer.precompiled_charsmap.empty()) {
     return Unsupported(absl::StrCat("denormalization rule \"", proto.denormalizer.name, "\""));
   }
   if (proto.treat_whitespace_as_suffix) {
@@ -187,17 +190,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const Speci
     if (it == spec.model->vocab().end()) return std::nullopt;
     return it->second;
   };
-  const auto control = [&](const std::string& name) -> std::optional<int32_t> {
-    const auto id = lookup(name);
-    if (!id.has_value() || proto.pieces[static_cast<size_t>(*id)].type != PieceType::kControl) {
-      return std::nullopt;
-    }
-    return id;
-  };
-  spec.bos_id =
-      names.bos.has_value() ? ResolveSpecialId(names.bos, lookup, {}) : control(proto.bos_piece);
-  spec.eos_id =
-      names.eos.has_value() ? ResolveSpecialId(names.eos, lookup, {}) : control(proto.eos_piece);
+  spec.bos_id = names.bos.has_value() ? ResolveSpecialId(names.bos, lookup, {})
+                                      : ControlPieceId(proto, proto.bos_piece);
+  spec.eos_id = names.eos.has_value() ? ResolveSpecialId(names.eos, lookup, {})
+                                      : ControlPieceId(proto, proto.eos_piece);
   spec.kind = "sentencepiece-model";
   spec.fingerprint = std::move(fingerprint);
   return std::make_unique<BpeTokenizer>(std::move(spec));
@@ -210,6 +206,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceModel(std::string_vi
                                                                   std::string fingerprint) {
   auto proto = ReadSentencePieceModel(model_proto, kFile);
   if (!proto.ok()) return proto.status();
+  if (proto->model_type == Proto::ModelType::kUnigram) {
+    UnigramBuildOptions options;
+    options.names = names;
+    options.fingerprint = std::move(fingerprint);
+    options.source = std::string(kFile);
+    options.kind = "sentencepiece-unigram";
+    return BuildUnigramTokenizer(std::move(*proto), std::move(options));
+  }
   return Build(*proto, names, std::move(fingerprint));
 }
 

@@ -1,6 +1,6 @@
 // Tokenizers of Hugging Face model directories: tokenizer.json (byte-level BPE as in GPT-2,
-// Llama-3, Qwen2; SentencePiece-style BPE as in Llama-2, Mistral), GPT-2's vocab.json +
-// merges.txt, and SentencePiece's tokenizer.model.
+// Llama-3, Qwen2; SentencePiece-style BPE as in Llama-2, Mistral; Unigram as in T5), GPT-2's
+// vocab.json + merges.txt, and SentencePiece's tokenizer.model / spiece.model.
 //
 // Thread safety: every method is const and safe to call from many threads at once.
 #ifndef MANYSHOT_ENGINE_TOKENIZER_TOKENIZER_H_
@@ -50,13 +50,16 @@ class Tokenizer {
   // digits.
   // Stable across runs, machines and builds: it is part of KV cache keys.
   virtual std::string fingerprint() const = 0;
-  // "bpe-bytelevel", "bpe-sentencepiece" or "sentencepiece-model".
+  // "bpe-bytelevel", "bpe-sentencepiece", "sentencepiece-model" (BPE tokenizer.model),
+  // "sentencepiece-unigram" (Unigram tokenizer.model / spiece.model) or "unigram" (Unigram
+  // tokenizer.json).
   virtual std::string kind() const = 0;
 };
 
 // Loads from a Hugging Face model directory, in this order of preference: tokenizer.json;
-// vocab.json + merges.txt (GPT-2 style byte-level BPE); tokenizer.model (SentencePiece BPE, as
-// Llama-2 and Mistral ship; read without libsentencepiece, other model types are Unimplemented).
+// vocab.json + merges.txt (GPT-2 style byte-level BPE); tokenizer.model, then spiece.model
+// (SentencePiece BPE as Llama-2 and Mistral ship it, or Unigram as T5 does; read without
+// libsentencepiece; WORD and CHAR models are Unimplemented).
 // Special tokens come from tokenizer_config.json / special_tokens_map.json when present.
 // Errors name the file and what is wrong.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::filesystem::path& model_dir);

@@ -1,8 +1,9 @@
-// tokenizer.json (Hugging Face tokenizers' serialization) -> BpeTokenizer.
+// tokenizer.json (Hugging Face tokenizers' serialization) -> BpeTokenizer; a Unigram model goes
+// to tokenizer_json_unigram.cc.
 //
-// Only BPE models are supported, with the pipeline pieces that BPE tokenizers in the wild use;
-// anything else is an Unimplemented error that names the unsupported piece, never a silent
-// approximation.
+// Only BPE and Unigram models are supported, with the pipeline pieces that BPE tokenizers in the
+// wild use; anything else is an Unimplemented error that names the unsupported piece, never a
+// silent approximation.
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "engine/tokenizer/loaders.h"
 #include "engine/tokenizer/special_ids.h"
 #include "engine/tokenizer/text_util.h"
+#include "engine/tokenizer/tokenizer_json_unigram.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {
@@ -244,9 +246,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const Special
   if (model_it == root.end() || !model_it->is_object()) return Bad("no \"model\" object");
   const json& model = *model_it;
   const std::string model_type = TypeOf(model);
+  if (model_type == "Unigram") return LoadUnigramTokenizerJson(root, names, std::move(fingerprint));
   // Old files omit model.type for BPE; a vocab + merges pair identifies it.
   if (!(model_type == "BPE" || (model_type.empty() && model.contains("merges")))) {
-    return Unsupported(absl::StrCat("model type \"", model_type, "\" (only BPE)"));
+    return Unsupported(absl::StrCat("model type \"", model_type, "\" (only BPE and Unigram)"));
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto it = model.find(key);

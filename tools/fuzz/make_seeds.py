@@ -143,6 +143,29 @@ def train_sp(out_prefix, model_type, vocab_size):
         return f.read()
 
 
+def train_sp_unigram_with_rules(work):
+    """A small T5-style Unigram model (byte fallback, whitespace folding) whose precompiled
+    normalization rules are a handful of nmt_nfkc-like ones, so the seed stays small."""
+    import sentencepiece as spm
+    spm.set_random_generator_seed(1)
+    rules = os.path.join(work, "rules.tsv")
+    with open(rules, "w", encoding="utf-8") as f:
+        # source code points -> target code points (hex): ligature fi, fullwidth A, tab, NBSP,
+        # circled 1, and a deletion (zero-width space -> nothing).
+        f.write("FB01\t66 69\nFF21\t41\n9\t20\nA0\t20\n2460\t31\n200B\t\n")
+    sentences = os.path.join(ROOT, "tests", "data", "tokenizer", "parity_sentences.txt")
+    with open(sentences, encoding="utf-8") as f:
+        text = [l for l in f.read().split("\n")[:3000] if l.strip()]
+    prefix = os.path.join(work, "sp_uni_rules")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text), model_prefix=prefix, model_type="unigram",
+        vocab_size=300, byte_fallback=True, character_coverage=0.98, num_threads=1,
+        normalization_rule_tsv=rules, user_defined_symbols=["http"],
+        control_symbols=["<extra_id_0>"], pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+        minloglevel=2)
+    return prefix + ".model"
+
+
 def tokenizer_seeds(work):
     text = "Hello world, it's 12345 naïve café 🙂\n\tend<|endoftext|>"
     vocab, merges = small_gpt2(os.path.join(work, "gpt2"))
@@ -168,6 +191,20 @@ def tokenizer_seeds(work):
     with open(os.path.join(work, "sp_json", "tokenizer_config.json"), encoding="utf-8") as f:
         sp_config = f.read()
     write("tokenizer_json", "sentencepiece_bpe", sp_json + "\0" + text + "\0" + sp_config)
+
+    # T5-style Unigram with precompiled rules, as spiece.model and as tokenizer.json: they reach
+    # the rules' double-array reader, the normalizer and the Viterbi.
+    uni_model = train_sp_unigram_with_rules(work)
+    with open(uni_model, "rb") as f:
+        write("tokenizer_model", "unigram_rules", f.read())
+    subprocess.run([py, os.path.join(conv, "sp_unigram_to_tokenizer_json.py"), uni_model,
+                    os.path.join(work, "uni_json")], check=True)
+    with open(os.path.join(work, "uni_json", "tokenizer.json"), encoding="utf-8") as f:
+        uni_json = f.read()
+    with open(os.path.join(work, "uni_json", "tokenizer_config.json"), encoding="utf-8") as f:
+        uni_config = f.read()
+    uni_text = "\ufb01ne \uff21 \u2460\u200bhttp\tx</s><extra_id_0> \U0001f642"
+    write("tokenizer_json", "unigram_precompiled", uni_json + "\0" + uni_text + "\0" + uni_config)
 
 
 # --- RPC requests (protobuf wire format by hand: no generated Python code is needed) -----------

@@ -44,31 +44,26 @@ std::unordered_map<std::string, std::string> TrainerArgs(const fs::path& input) 
   };
 }
 
-}  // namespace
-
-absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_dir,
-                                                        const fs::path& work_dir,
-                                                        const fs::path& training_text) {
+// Trains with `args` into `model` unless it exists already.
+absl::StatusOr<fs::path> TrainOnce(const std::unordered_map<std::string, std::string>& args,
+                                   const fs::path& model) {
   std::error_code ec;
-  const fs::path real = shared_dir / "tokenizers" / "llama2" / "tokenizer.model";
-  if (fs::is_regular_file(real, ec)) return real;
-  const fs::path dir = work_dir / "llama_style_sp";
-  const fs::path model = dir / "tokenizer.model";
   if (fs::is_regular_file(model, ec)) return model;
+  const fs::path training_text = args.at("input");
   if (!fs::is_regular_file(training_text, ec)) {
-    return absl::NotFoundError(absl::StrCat("no Llama-2 model at ", real.string(),
-                                            " and no training text at ", training_text.string()));
+    return absl::NotFoundError(absl::StrCat("no training text at ", training_text.string()));
   }
+  const fs::path dir = model.parent_path();
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir.string(), ": ", ec.message()));
   std::string proto;
-  const std::string error = SpProcessor::Train(TrainerArgs(training_text), &proto);
+  const std::string error = SpProcessor::Train(args, &proto);
   if (!error.empty()) {
     return absl::InternalError(absl::StrCat("training a SentencePiece model: ", error));
   }
   // Write to a private name, then rename: concurrent test processes may train at once, and a
   // reader must never see a half-written model.
-  const fs::path tmp = dir / absl::StrCat("tokenizer.model.tmp", ::getpid());
+  const fs::path tmp = dir / absl::StrCat(model.filename().string(), ".tmp", ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(proto.data(), static_cast<std::streamsize>(proto.size()));
@@ -79,13 +74,68 @@ absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_d
   return model;
 }
 
+// This file knows its source tree only through __FILE__ (an absolute path under CMake):
+// tests/engine/tokenizer/ -> tests/data/tokenizer/parity_sentences.txt.
+fs::path ParitySentences() {
+  return fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "tokenizer" /
+         "parity_sentences.txt";
+}
+
+}  // namespace
+
+absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_dir,
+                                                        const fs::path& work_dir,
+                                                        const fs::path& training_text) {
+  std::error_code ec;
+  const fs::path real = shared_dir / "tokenizers" / "llama2" / "tokenizer.model";
+  if (fs::is_regular_file(real, ec)) return real;
+  return TrainOnce(TrainerArgs(training_text), work_dir / "llama_style_sp" / "tokenizer.model");
+}
+
+absl::StatusOr<fs::path> TrainT5StyleUnigramModel(const fs::path& shared_dir,
+                                                  const fs::path& work_dir, bool byte_fallback) {
+  // Real English news text (AG News) when ../shared has it, else the committed parity sentences;
+  // each trains its own model.
+  std::error_code ec;
+  const fs::path news = shared_dir / "datasets" / "agnews_cbu" / "test.csv";
+  const bool have_news = fs::is_regular_file(news, ec);
+  const fs::path text = have_news ? news : ParitySentences();
+  // T5's spiece.model settings (nmt_nfkc rules, dummy prefix, whitespace folding, <pad>=0
+  // </s>=1 <unk>=2, no <s>), scaled down to 4000 pieces. One thread and no sampling or
+  // shuffling keep the result deterministic.
+  std::unordered_map<std::string, std::string> args = {
+      {"input", text.string()},
+      {"model_type", "unigram"},
+      {"vocab_size", "4000"},
+      {"character_coverage", "0.9995"},
+      {"byte_fallback", byte_fallback ? "true" : "false"},
+      {"normalization_rule_name", "nmt_nfkc"},
+      {"remove_extra_whitespaces", "true"},
+      {"add_dummy_prefix", "true"},
+      {"max_sentence_length", "16384"},
+      {"input_sentence_size", "0"},
+      {"shuffle_input_sentence", "false"},
+      {"num_threads", "1"},
+      {"pad_id", "0"},
+      {"eos_id", "1"},
+      {"unk_id", "2"},
+      {"bos_id", "-1"},
+      {"minloglevel", "2"},
+  };
+  if (byte_fallback) {
+    // A user-defined piece (matched whole, never normalized) and a control one, so that parity
+    // covers those piece types too.
+    args["user_defined_symbols"] = "http";
+    args["control_symbols"] = "<extra_id_0>";
+  }
+  const std::string name = absl::StrCat("t5_style_unigram_", have_news ? "news" : "parity",
+                                        byte_fallback ? "_byte_fallback" : "");
+  return TrainOnce(args, work_dir / name / "spiece.model");
+}
+
 absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_dir,
                                                         const fs::path& work_dir) {
-  // This file knows its source tree only through __FILE__ (an absolute path under CMake):
-  // tests/engine/tokenizer/ -> tests/data/tokenizer/parity_sentences.txt.
-  const fs::path sentences = fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" /
-                             "tokenizer" / "parity_sentences.txt";
-  return FindOrTrainLlamaTokenizerModel(shared_dir, work_dir, sentences);
+  return FindOrTrainLlamaTokenizerModel(shared_dir, work_dir, ParitySentences());
 }
 
 }  // namespace manyshot

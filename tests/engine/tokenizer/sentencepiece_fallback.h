@@ -1,4 +1,4 @@
-// A Llama-style SentencePiece model for the tokenizer tests: the real Llama-2 tokenizer.model
+// SentencePiece models for the tokenizer tests. A Llama-style one: the real Llama-2 tokenizer.model
 // when the shared data directory has it, else a small BPE model with byte fallback trained
 // deterministically on the committed parity sentences (so tests run on a fresh machine too).
 // Training needs libsentencepiece (through sp_processor.h), which only test binaries link.
@@ -22,6 +22,14 @@ absl::StatusOr<std::filesystem::path> FindOrTrainLlamaTokenizerModel(
 // The same, with training_text = <source_dir>/tests/data/tokenizer/parity_sentences.txt.
 absl::StatusOr<std::filesystem::path> FindOrTrainLlamaTokenizerModel(
     const std::filesystem::path& shared_dir, const std::filesystem::path& work_dir);
+
+// A T5-style SentencePiece Unigram model (nmt_nfkc rules, 4000 pieces), trained once into
+// work_dir (a later call reuses it) on real text: ../shared's AG News test set when shared_dir has
+// it, else the parity sentences. With byte_fallback it also has a user-defined piece ("http") and
+// a control piece ("<extra_id_0>").
+absl::StatusOr<std::filesystem::path> TrainT5StyleUnigramModel(
+    const std::filesystem::path& shared_dir, const std::filesystem::path& work_dir,
+    bool byte_fallback);
 
 }  // namespace manyshot
 

@@ -10,6 +10,7 @@
 #include "engine/tokenizer/loaders.h"
 #include "engine/tokenizer/sentencepiece_model_reader.h"
 #include "gtest/gtest.h"
+#include "tests/engine/tokenizer/sentencepiece_proto_builder.h"
 #include "tests/engine/tokenizer/sp_processor.h"
 #include "tests/engine/tokenizer/tokenizer_test_util.h"
 
@@ -21,33 +22,6 @@ bool StartsWith(const absl::Status& s, std::string_view prefix) {
 }
 
 using Proto = SentencePieceModelProto;
-
-// --- Hand-written protobuf wire format -----------------------------------------------------------
-
-std::string Varint(uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(0x80 | (v & 0x7F)));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-  return out;
-}
-std::string Tag(int field, int wire) { return Varint(static_cast<uint64_t>(field) << 3 | wire); }
-std::string VarintField(int field, int64_t v) {
-  return Tag(field, 0) + Varint(static_cast<uint64_t>(v));
-}
-std::string LenField(int field, std::string_view body) {
-  return Tag(field, 2) + Varint(body.size()) + std::string(body);
-}
-std::string FloatField(int field, float f) {
-  char b[4];
-  std::memcpy(b, &f, 4);  // little-endian host
-  return Tag(field, 5) + std::string(b, 4);
-}
-std::string PieceMsg(std::string_view piece, float score, int type) {
-  return LenField(1, LenField(1, piece) + FloatField(2, score) + VarintField(3, type));
-}
 
 // A small Llama-style BPE model: <unk> <s> </s>, 256 byte pieces, then a few merged pieces.
 std::string HandMadeModel() {
@@ -224,7 +198,7 @@ TEST(SentencePieceModelReaderTest, ReadsTheLlamaModel) {
   EXPECT_EQ(proto->model_type, Proto::ModelType::kBpe);
   EXPECT_TRUE(proto->byte_fallback);
   EXPECT_EQ(proto->normalizer.name, "identity");
-  EXPECT_EQ(proto->normalizer.precompiled_charsmap_size, 0u);
+  EXPECT_TRUE(proto->normalizer.precompiled_charsmap.empty());
   EXPECT_TRUE(proto->normalizer.add_dummy_prefix);
   EXPECT_FALSE(proto->normalizer.remove_extra_whitespaces);
   EXPECT_TRUE(proto->normalizer.escape_whitespaces);
@@ -351,7 +325,6 @@ TEST(SentencePieceModelTest, UnsupportedModelsAreUnimplementedNamingWhat) {
     std::string append;
     const char* want;
   } cases[] = {
-      {LenField(2, VarintField(3, 1)), "SentencePiece model type UNIGRAM"},
       {LenField(2, VarintField(3, 3)), "SentencePiece model type WORD"},
       {LenField(2, VarintField(3, 4)), "SentencePiece model type CHAR"},
       {LenField(3, LenField(1, "nmt_nfkc") + LenField(2, "rules")),
