@@ -325,7 +325,9 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
                                                      " is not one of the encoder output's ",
                                                      seq.encoder->inputs(), " inputs"));
     }
-    if (static_cast<int64_t>(seq.encoder->cross_k.size()) != c.num_decoder_layers) {
+    const std::vector<Tensor>& ck = seq.encoder->cross_k;
+    if (static_cast<int64_t>(ck.size()) != c.num_decoder_layers ||
+        (!ck.empty() && (ck[0].dim(1) != c.num_heads || ck[0].dim(2) != c.d_kv))) {
       return absl::InvalidArgumentError(
           absl::StrCat("decoder sequence ", s, ": the encoder output is not this model's"));
     }
