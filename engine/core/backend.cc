@@ -50,6 +50,16 @@ class Checker {
                 absl::StrCat(an, " ", Describe(a), " and ", bn, " ", Describe(b),
                              " must have the same dtype"));
   }
+  // `weight` in the dtype of `x`, or in one the backend widens for it.
+  Checker& WeightDType(const Backend& backend, const Tensor& x, const Tensor& weight,
+                       const char* xn, const char* wn) {
+    return That(
+        !x.defined() || !weight.defined() || backend.SupportsWeightDType(x.dtype(), weight.dtype()),
+        absl::StrCat(wn, " ", Describe(weight), " must have the dtype of ", xn, " ", Describe(x),
+                     " (the ", backend.name(), " backend holds no ",
+                     std::string(DTypeName(weight.dtype())), " weights for ",
+                     std::string(DTypeName(x.dtype())), " activations)"));
+  }
   Checker& SameNumel(const Tensor& a, const Tensor& b, const char* an, const char* bn) {
     return That(a.numel() == b.numel(), absl::StrCat(an, " ", Describe(a), " and ", bn, " ",
                                                      Describe(b), " must have as many elements"));
@@ -185,7 +195,8 @@ void Backend::Embedding(const Tensor& ids, const Tensor& table, const Tensor& ou
         c.Defined(ids, "ids").Defined(table, "table").Defined(out, "out");
         c.On(ids, device(), "ids").On(table, device(), "table").On(out, device(), "out");
         c.Is(ids, DType::kI32, "ids").Rank(ids, 1, "ids").Rank(table, 2, "table");
-        c.Rank(out, 2, "out").Float(table, "table").SameDType(table, out, "table", "out");
+        c.Rank(out, 2, "out").Float(table, "table").Float(out, "out");
+        c.WeightDType(*this, out, table, "out", "table");
         if (!c.status().ok()) return;
         c.That(
             out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1),
@@ -246,7 +257,8 @@ void Backend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout,
       [&](Checker& c) {
         c.Defined(x, "x").Defined(weight, "weight").Defined(out, "out");
         c.On(x, device(), "x").On(weight, device(), "weight").On(bias, device(), "bias");
-        c.On(out, device(), "out").Float(x, "x").SameDType(x, weight, "x", "weight");
+        c.On(out, device(), "out").Float(x, "x").Float(weight, "weight");
+        c.WeightDType(*this, x, weight, "x", "weight");
         c.SameDType(x, bias, "x", "bias").Rank(weight, 2, "weight");
         c.That(out.dtype() == x.dtype() || out.dtype() == DType::kF32,
                absl::StrCat("out ", Describe(out), " must be ", std::string(DTypeName(x.dtype())),

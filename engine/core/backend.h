@@ -110,6 +110,12 @@ class Backend {
   virtual DType default_compute_dtype() const = 0;
   // Whether activations/weights of this dtype are supported (the CPU computes in f32 only).
   virtual bool SupportsComputeDType(DType dtype) const = 0;
+  // Whether matrix weights (Linear weights, Embedding tables) may be held in `weights` while
+  // activations are in `compute`: the backend widens them inside its kernels (half the bytes
+  // read per token at decode). By default weights are in the compute dtype.
+  virtual bool SupportsWeightDType(DType compute, DType weights) const {
+    return weights == compute;
+  }
 
   // ---- Memory ----
   // Device memory, uninitialised. RESOURCE_EXHAUSTED when the device is out of memory.
@@ -133,14 +139,15 @@ class Backend {
 
   // ---- Ops (x, out, weights: the compute dtype unless said otherwise) ----
   // out[t] = table[ids[t]] (accumulate: out[t] += table[ids[t]]); ids kI32 [T], validated by
-  // the caller against the table's rows.
+  // the caller against the table's rows; table in out's dtype or a supported weight dtype.
   void Embedding(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate);
   // out[t] = x[rows[t]]; rows kI32 [R]; any dtype, x and out alike.
   void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out);
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
   void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                  const Tensor& out);
-  // out = x W (+ bias), x [T, in], out [T, out] (the compute dtype or f32); bias may be undefined.
+  // out = x W (+ bias), x [T, in], out [T, out] (the compute dtype or f32); bias may be undefined;
+  // weight in x's dtype or a supported weight dtype (SupportsWeightDType).
   void Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
               const Tensor& out);
   // Rotate-half RoPE in place on x [T, heads, head_dim] at positions (kI32 [T]).

@@ -1,8 +1,10 @@
 // CPU attention: exact softmax attention computed tile by tile with an online (running max / sum)
 // softmax, so the score matrix never exceeds one tile. A call has two parts that are merged by
 // their log-sum-exp (DESIGN.md §1.7):
-//   context: every query row of the call against the shared context keys, one GEMM per head and
-//            tile for all rows at once (the context KV is read once per call);
+//   context: every query row of the call against the shared context keys, read once per call:
+//            for head dimensions in multiples of 16 the register-tiled kernels of
+//            cpu_context_kernel.h (all heads sharing a kv head together), else one GEMM per head
+//            and tile for all rows at once;
 //   own:     each sequence's rows against its own keys, causally, with ln(weight) added to the
 //            logits of keys at index >= weighted_from.
 #include <cblas.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_context_kernel.h"
 #include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
@@ -266,56 +269,79 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
   for (int64_t i = 0; i < n; ++i) {
     std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
   }
-  // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
-  // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row
-  // block while it is hot in cache. f32 contexts are read in place.
   constexpr int64_t kRowChunk = 1024;
-  struct Item {
-    int64_t head, r0, r1;
-  };
-  std::vector<Item> citems;
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
-      citems.push_back({h, r0, std::min(n, r0 + kRowChunk)});
+  if (cpu_internal::ContextKernelSupports(dim)) {
+    // The register-tiled kernels (cpu_context_kernel.h): one item per kv head and chunk of
+    // tokens, the rows of every query head sharing the kv head together, so each context tile
+    // is read once per chunk for all of them.
+    const int64_t chunk = std::max<int64_t>(1, kRowChunk / group);
+    struct GroupItem {
+      int64_t kv_head, t0, t1;
+    };
+    std::vector<GroupItem> items;
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      for (int64_t t0 = 0; t0 < n; t0 += chunk) items.push_back({g, t0, std::min(n, t0 + chunk)});
     }
+    std::vector<cpu_internal::ContextScratch> scratch(pool_->size());
+    pool_->ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
+      const GroupItem& it = items[i];
+      const int64_t head0 = it.kv_head * group;
+      cpu_internal::AttendContextRows(gq.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0,
+                                      group, *context.k, *context.v, it.kv_head, context.len, scale,
+                                      co.data() + it.t0 * q_ld + head0 * dim, q_ld,
+                                      clse.data() + it.t0 * heads + head0, heads, scratch[thread]);
+    });
+  } else {
+    // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
+    // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row
+    // block while it is hot in cache. f32 contexts are read in place.
+    struct Item {
+      int64_t head, r0, r1;
+    };
+    std::vector<Item> citems;
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
+        citems.push_back({h, r0, std::min(n, r0 + kRowChunk)});
+      }
+    }
+    const bool direct = context.k->dtype() == DType::kF32;
+    std::vector<OnlineSoftmax> states(pool_->size());
+    std::vector<std::vector<float>> k_tiles(pool_->size()), v_tiles(pool_->size());
+    pool_->ParallelForEach(static_cast<int64_t>(citems.size()), [&](int64_t i, int thread) {
+      const Item& it = citems[i];
+      const int64_t rows = it.r1 - it.r0;
+      const int64_t kv_head = it.head / group;
+      OnlineSoftmax& state = states[thread];
+      state.Reset(rows, dim);
+      KeyRule rule;
+      for (int64_t j0 = 0; j0 < context.len; j0 += kKeyTile) {
+        const int64_t tile = std::min(kKeyTile, context.len - j0);
+        const float* k;
+        const float* v;
+        int64_t ld;
+        if (direct) {
+          k = context.k->data<float>() + (j0 * kv_heads + kv_head) * dim;
+          v = context.v->data<float>() + (j0 * kv_heads + kv_head) * dim;
+          ld = kv_ld;
+        } else {
+          k_tiles[thread].resize(kKeyTile * dim);
+          v_tiles[thread].resize(kKeyTile * dim);
+          LoadTile(*context.k, kv_head, j0, tile, k_tiles[thread].data());
+          LoadTile(*context.v, kv_head, j0, tile, v_tiles[thread].data());
+          k = k_tiles[thread].data();
+          v = v_tiles[thread].data();
+          ld = dim;
+        }
+        for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
+          const int64_t block = std::min(kRowBlock, rows - b0);
+          AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0,
+                     tile, dim, scale, rule, state, b0);
+        }
+      }
+      Finish(state, rows, dim, co.data() + it.r0 * q_ld + it.head * dim, q_ld,
+             clse.data() + it.r0 * heads + it.head, heads);
+    });
   }
-  const bool direct = context.k->dtype() == DType::kF32;
-  std::vector<OnlineSoftmax> states(pool_->size());
-  std::vector<std::vector<float>> k_tiles(pool_->size()), v_tiles(pool_->size());
-  pool_->ParallelForEach(static_cast<int64_t>(citems.size()), [&](int64_t i, int thread) {
-    const Item& it = citems[i];
-    const int64_t rows = it.r1 - it.r0;
-    const int64_t kv_head = it.head / group;
-    OnlineSoftmax& state = states[thread];
-    state.Reset(rows, dim);
-    KeyRule rule;
-    for (int64_t j0 = 0; j0 < context.len; j0 += kKeyTile) {
-      const int64_t tile = std::min(kKeyTile, context.len - j0);
-      const float* k;
-      const float* v;
-      int64_t ld;
-      if (direct) {
-        k = context.k->data<float>() + (j0 * kv_heads + kv_head) * dim;
-        v = context.v->data<float>() + (j0 * kv_heads + kv_head) * dim;
-        ld = kv_ld;
-      } else {
-        k_tiles[thread].resize(kKeyTile * dim);
-        v_tiles[thread].resize(kKeyTile * dim);
-        LoadTile(*context.k, kv_head, j0, tile, k_tiles[thread].data());
-        LoadTile(*context.v, kv_head, j0, tile, v_tiles[thread].data());
-        k = k_tiles[thread].data();
-        v = v_tiles[thread].data();
-        ld = dim;
-      }
-      for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
-        const int64_t block = std::min(kRowBlock, rows - b0);
-        AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0, tile,
-                   dim, scale, rule, state, b0);
-      }
-    }
-    Finish(state, rows, dim, co.data() + it.r0 * q_ld + it.head * dim, q_ld,
-           clse.data() + it.r0 * heads + it.head, heads);
-  });
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = rows_seeing[i];
     std::copy(co.data() + i * q_ld, co.data() + (i + 1) * q_ld, op + row * q_ld);

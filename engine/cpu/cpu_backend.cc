@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cpu/cpu_gemv.h"
 #include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
@@ -44,6 +45,11 @@ Tensor AllocateAligned(DType dtype, std::vector<int64_t> shape) {
   auto buffer =
       std::make_shared<Buffer>(data, bytes, Device::kCPU, [](void* p, size_t) { std::free(p); });
   return Tensor(std::move(buffer), dtype, std::move(shape));
+}
+
+// Exact: a bf16 value is the top half of an f32 (a loop the compiler vectorises).
+void WidenBF16(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(src[i]);
 }
 
 }  // namespace
@@ -131,15 +137,23 @@ absl::Status CpuBackend::ConvertImpl(const Tensor& src, const Tensor& dst) {
 
 absl::Status CpuBackend::EmbeddingImpl(const Tensor& id_tensor, const Tensor& table,
                                        const Tensor& out, bool accumulate) {
-  if (auto st = RequireF32("Embedding", {&table, &out}); !st.ok()) return st;
+  if (auto st = RequireF32("Embedding", {&out}); !st.ok()) return st;
   absl::Span<const int32_t> ids(id_tensor.data<int32_t>(), id_tensor.numel());
   const int64_t hidden = table.dim(1);
-  const float* t = table.data<float>();
+  const bool bf16 = table.dtype() == DType::kBF16;  // else f32 (SupportsWeightDType)
   float* o = out.data<float>();
   ParallelRows(*pool_, static_cast<int64_t>(ids.size()), hidden, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      const float* src = t + static_cast<int64_t>(ids[r]) * hidden;
+      const int64_t row = static_cast<int64_t>(ids[r]) * hidden;
       float* dst = o + r * hidden;
+      if (bf16) {
+        const uint16_t* src = table.data<uint16_t>() + row;
+        for (int64_t i = 0; i < hidden; ++i) {
+          dst[i] = (accumulate ? dst[i] : 0.0f) + BF16ToF32(src[i]);
+        }
+        continue;
+      }
+      const float* src = table.data<float>() + row;
       if (accumulate) {
         for (int64_t i = 0; i < hidden; ++i) dst[i] += src[i];
       } else {
@@ -211,36 +225,55 @@ absl::Status CpuBackend::LinearImpl(const Tensor& x, const Tensor& weight, Weigh
   const int64_t in = x.dim(x.rank() - 1);
   const int64_t out_features = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
   const float* xp = x.data<float>();
-  const float* wp = weight.data<float>();
   float* op = out.data<float>();
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
-  // Each thread computes a slice of output columns over all rows: it reads all of x (small) and
-  // only its share of the weights (large), which is what bounds decode.
+  if (rows <= cpu_internal::kGemvMaxRows) {
+    // Decode: bound by reading the weights once (cpu_gemv.h).
+    cpu_internal::Gemv(*pool_, xp, rows, in, weight.raw(), weight.dtype(), layout, out_features, bp,
+                       op);
+    return absl::OkStatus();
+  }
+  const bool bf16 = weight.dtype() == DType::kBF16;  // else f32 (SupportsWeightDType)
+  // out[:, c0, c0 + cols) from a panel of f32 weights: [cols, in] (kOutIn) or [in, cols] (kInOut)
+  // with leading dimension ld.
+  auto sgemm_panel = [&](const float* panel, int64_t ld, int64_t c0, int64_t cols) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                layout == WeightLayout::kOutIn ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
+                static_cast<int>(cols), static_cast<int>(in), 1.0f, xp, static_cast<int>(in), panel,
+                static_cast<int>(ld), 0.0f, op + c0, static_cast<int>(out_features));
+  };
+  // Each thread computes a slice of output columns over all rows: it reads all of x and only its
+  // share of the weights. bf16 weights are widened a panel at a time into a per-thread buffer
+  // that stays in cache (converting costs one pass over the weights, sgemm `rows` passes).
   const int64_t col_block = 16;
   const int64_t blocks = (out_features + col_block - 1) / col_block;
   pool_->ParallelFor(blocks, [&](int64_t b0, int64_t b1) {
-    int64_t c0 = b0 * col_block;
-    int64_t c1 = std::min(out_features, b1 * col_block);
-    int64_t cols = c1 - c0;
-    if (rows == 1) {
-      // Decode: a matrix-vector product, bound by reading the weights once.
+    const int64_t c0 = b0 * col_block;
+    const int64_t c1 = std::min(out_features, b1 * col_block);
+    if (!bf16) {
+      const float* wp = weight.data<float>();
       if (layout == WeightLayout::kOutIn) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(cols), static_cast<int>(in), 1.0f,
-                    wp + c0 * in, static_cast<int>(in), xp, 1, 0.0f, op + c0, 1);
+        sgemm_panel(wp + c0 * in, in, c0, c1 - c0);
       } else {
-        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(in), static_cast<int>(cols), 1.0f,
-                    wp + c0, static_cast<int>(out_features), xp, 1, 0.0f, op + c0, 1);
+        sgemm_panel(wp + c0, out_features, c0, c1 - c0);
       }
-    } else if (layout == WeightLayout::kOutIn) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                  static_cast<int>(cols), static_cast<int>(in), 1.0f, xp, static_cast<int>(in),
-                  wp + c0 * in, static_cast<int>(in), 0.0f, op + c0,
-                  static_cast<int>(out_features));
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                  static_cast<int>(cols), static_cast<int>(in), 1.0f, xp, static_cast<int>(in),
-                  wp + c0, static_cast<int>(out_features), 0.0f, op + c0,
-                  static_cast<int>(out_features));
+      constexpr int64_t kPanelCols = 64;
+      thread_local std::vector<float> panel;
+      panel.resize(static_cast<size_t>(kPanelCols * in));
+      const uint16_t* wp = weight.data<uint16_t>();
+      for (int64_t p0 = c0; p0 < c1; p0 += kPanelCols) {
+        const int64_t cols = std::min(kPanelCols, c1 - p0);
+        if (layout == WeightLayout::kOutIn) {
+          WidenBF16(wp + p0 * in, cols * in, panel.data());
+          sgemm_panel(panel.data(), in, p0, cols);
+        } else {
+          for (int64_t i = 0; i < in; ++i) {
+            WidenBF16(wp + i * out_features + p0, cols, panel.data() + i * cols);
+          }
+          sgemm_panel(panel.data(), cols, p0, cols);
+        }
+      }
     }
     if (bp != nullptr) {
       for (int64_t r = 0; r < rows; ++r) {

@@ -23,6 +23,11 @@ class CpuBackend final : public Backend {
 
   DType default_compute_dtype() const override { return DType::kF32; }
   bool SupportsComputeDType(DType dtype) const override { return dtype == DType::kF32; }
+  // Matrix weights in f32 or bf16: bf16 ones are widened inside the kernels (f32 accumulation),
+  // halving the bytes decode reads per token.
+  bool SupportsWeightDType(DType compute, DType weights) const override {
+    return compute == DType::kF32 && (weights == DType::kF32 || weights == DType::kBF16);
+  }
 
  protected:
   absl::StatusOr<Tensor> AllocateImpl(DType dtype, std::vector<int64_t> shape) override;

@@ -1,0 +1,231 @@
+#include "engine/cpu/cpu_context_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/core/dtype.h"
+#include "engine/cpu/simd512.h"
+#include "engine/cpu/vector_math.h"
+
+namespace manyshot::cpu_internal {
+
+#if MANYSHOT_AVX512
+MANYSHOT_AVX512_BEGIN
+
+namespace {
+
+constexpr int64_t kRows = 32;   // query rows per block: two vectors of scores per key
+constexpr int64_t kKeys = 128;  // keys per tile: K and V tiles of 128 x 128 f32 stay in L2
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Keys [j0, j0 + count) of `kv_head` as a contiguous f32 [count, dim] tile; 16-bit storage is read
+// as 16 bits and widened here, once per tile. Each key row is a short piece of a long stride (one
+// head of kv_heads), which the hardware prefetchers do not follow, so the same key of the next
+// tile is prefetched into L2 here: it arrives while this tile is being computed on.
+void LoadTile(const Tensor& src, int64_t kv_head, int64_t j0, int64_t count, int64_t len,
+              float* dst) {
+  const int64_t kv_heads = src.dim(1), dim = src.dim(2), ld = kv_heads * dim;
+  const int64_t base = (j0 * kv_heads + kv_head) * dim;
+  const int64_t row_bytes = dim * static_cast<int64_t>(DTypeSize(src.dtype()));
+  const char* bytes = static_cast<const char*>(src.raw()) + base * DTypeSize(src.dtype());
+  const int64_t ld_bytes = ld * static_cast<int64_t>(DTypeSize(src.dtype()));
+  const int64_t prefetch_count = std::clamp<int64_t>(len - (j0 + kKeys), 0, count);
+  for (int64_t j = 0; j < count; ++j) {
+    if (j < prefetch_count) {
+      const char* next = bytes + (j + kKeys) * ld_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
+    }
+    float* row = dst + j * dim;
+    switch (src.dtype()) {
+      case DType::kF32:
+        std::memcpy(row, src.data<float>() + base + j * ld, dim * sizeof(float));
+        break;
+      case DType::kBF16: {
+        const uint16_t* p = src.data<uint16_t>() + base + j * ld;
+        for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(row + d, simd512::LoadBF16(p + d));
+        break;
+      }
+      default: {  // f16 (the fronts admit float K/V only)
+        const uint16_t* p = src.data<uint16_t>() + base + j * ld;
+        for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(row + d, simd512::LoadF16(p + d));
+        break;
+      }
+    }
+  }
+}
+
+// scores[key, 0..32) for KB keys of the tile (k rows of dim values) against a transposed,
+// pre-scaled query block q_t [dim, 32].
+template <int KB>
+inline void ScoreKeys(const float* k, int64_t dim, const float* q_t, float* scores) {
+  __m512 acc[KB][2];
+  for (int kb = 0; kb < KB; ++kb) acc[kb][0] = acc[kb][1] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {
+    const __m512 q0 = _mm512_loadu_ps(q_t + d * kRows);
+    const __m512 q1 = _mm512_loadu_ps(q_t + d * kRows + 16);
+    for (int kb = 0; kb < KB; ++kb) {
+      const __m512 kd = _mm512_set1_ps(k[kb * dim + d]);
+      acc[kb][0] = _mm512_fmadd_ps(kd, q0, acc[kb][0]);
+      acc[kb][1] = _mm512_fmadd_ps(kd, q1, acc[kb][1]);
+    }
+  }
+  for (int kb = 0; kb < KB; ++kb) {
+    _mm512_storeu_ps(scores + kb * kRows, acc[kb][0]);
+    _mm512_storeu_ps(scores + kb * kRows + 16, acc[kb][1]);
+  }
+}
+
+// o[rp, :] += sum over the tile's keys j of p[j, rp] * v[j, :] for RP rows (o rows dim apart; p
+// holds the block's probabilities key-major, row stride kRows, offset to the first row).
+template <int RP, int DV>
+inline void AccumulateValues(const float* p, int64_t count, const float* v, float* o) {
+  constexpr int64_t dim = 16 * DV;
+  __m512 acc[RP][DV];
+  for (int rp = 0; rp < RP; ++rp) {
+    for (int dv = 0; dv < DV; ++dv) acc[rp][dv] = _mm512_loadu_ps(o + rp * dim + 16 * dv);
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    __m512 vv[DV];
+    for (int dv = 0; dv < DV; ++dv) vv[dv] = _mm512_loadu_ps(v + j * dim + 16 * dv);
+    for (int rp = 0; rp < RP; ++rp) {
+      const __m512 pj = _mm512_set1_ps(p[j * kRows + rp]);
+      for (int dv = 0; dv < DV; ++dv) acc[rp][dv] = _mm512_fmadd_ps(pj, vv[dv], acc[rp][dv]);
+    }
+  }
+  for (int rp = 0; rp < RP; ++rp) {
+    for (int dv = 0; dv < DV; ++dv) _mm512_storeu_ps(o + rp * dim + 16 * dv, acc[rp][dv]);
+  }
+}
+
+// P·V for the first `rows` rows of a block: as many rows at once as the registers hold
+// (RP x DV accumulators plus DV value vectors within the 32 vector registers).
+template <int DV>
+void AccumulateBlock(const float* p, int64_t count, const float* v, float* o, int64_t rows) {
+  constexpr int RP = DV <= 4 ? 6 : (DV <= 6 ? 4 : 2);
+  int64_t r = 0;
+  for (; r + RP <= rows; r += RP) AccumulateValues<RP, DV>(p + r, count, v, o + r * 16 * DV);
+  for (; r < rows; ++r) AccumulateValues<1, DV>(p + r, count, v, o + r * 16 * DV);
+}
+
+void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const float* v, float* o,
+                           int64_t rows) {
+  switch (dim / 16) {
+    case 1:
+      return AccumulateBlock<1>(p, count, v, o, rows);
+    case 2:
+      return AccumulateBlock<2>(p, count, v, o, rows);
+    case 3:
+      return AccumulateBlock<3>(p, count, v, o, rows);
+    case 4:
+      return AccumulateBlock<4>(p, count, v, o, rows);
+    case 5:
+      return AccumulateBlock<5>(p, count, v, o, rows);
+    case 6:
+      return AccumulateBlock<6>(p, count, v, o, rows);
+    case 7:
+      return AccumulateBlock<7>(p, count, v, o, rows);
+    default:
+      return AccumulateBlock<8>(p, count, v, o, rows);
+  }
+}
+
+// Folds a tile's scores [count, kRows] into the block's running max / sum and rescales its output
+// rows; leaves exp(score - new max) in `scores`.
+void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* o, int64_t dim,
+                   int64_t rows) {
+  float tile_max[kRows], correction[kRows], tile_sum[kRows];
+  std::fill(tile_max, tile_max + kRows, kNegInf);
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t r = 0; r < kRows; ++r) tile_max[r] = std::max(tile_max[r], scores[j * kRows + r]);
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    const float new_max = std::max(max[r], tile_max[r]);
+    correction[r] = vmath::Exp(max[r] - new_max);  // first tile: exp(-inf) = 0
+    max[r] = new_max;
+    tile_sum[r] = 0.0f;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      const float e = vmath::Exp(scores[j * kRows + r] - max[r]);
+      scores[j * kRows + r] = e;
+      tile_sum[r] += e;
+    }
+  }
+  for (int64_t r = 0; r < kRows; ++r) sum[r] = sum[r] * correction[r] + tile_sum[r];
+  for (int64_t r = 0; r < rows; ++r) {
+    if (correction[r] == 1.0f) continue;
+    for (int64_t d = 0; d < dim; ++d) o[r * dim + d] *= correction[r];
+  }
+}
+
+}  // namespace
+
+bool ContextKernelSupports(int64_t head_dim) {
+  return head_dim >= 16 && head_dim <= 128 && head_dim % 16 == 0;
+}
+
+void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t group, const Tensor& k,
+                       const Tensor& v, int64_t kv_head, int64_t len, float scale, float* out,
+                       int64_t out_ld, float* lse, int64_t lse_ld, ContextScratch& scratch) {
+  const int64_t rows = tokens * group;  // row r: token r / group, head r % group of the group
+  const int64_t dim = k.dim(2);
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  const int64_t padded = blocks * kRows;
+  // Query blocks transposed to [dim, 32] and scaled once (padding rows are zero: their scores
+  // are computed and ignored).
+  scratch.q_t.assign(static_cast<size_t>(blocks * dim * kRows), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* block = scratch.q_t.data() + (r / kRows) * dim * kRows + r % kRows;
+    const float* qr = q + (r / group) * q_ld + (r % group) * dim;
+    for (int64_t d = 0; d < dim; ++d) block[d * kRows] = qr[d] * scale;
+  }
+  scratch.o.assign(static_cast<size_t>(padded * dim), 0.0f);
+  scratch.max.assign(static_cast<size_t>(padded), kNegInf);
+  scratch.sum.assign(static_cast<size_t>(padded), 0.0f);
+  scratch.scores.resize(static_cast<size_t>(kKeys * kRows));
+  scratch.k_tile.resize(static_cast<size_t>(kKeys * dim));
+  scratch.v_tile.resize(static_cast<size_t>(kKeys * dim));
+  float* scores = scratch.scores.data();
+  for (int64_t j0 = 0; j0 < len; j0 += kKeys) {
+    const int64_t count = std::min(kKeys, len - j0);
+    LoadTile(k, kv_head, j0, count, len, scratch.k_tile.data());
+    LoadTile(v, kv_head, j0, count, len, scratch.v_tile.data());
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* q_t = scratch.q_t.data() + b * dim * kRows;
+      int64_t j = 0;
+      for (; j + 8 <= count; j += 8) {
+        ScoreKeys<8>(scratch.k_tile.data() + j * dim, dim, q_t, scores + j * kRows);
+      }
+      for (; j < count; ++j) {
+        ScoreKeys<1>(scratch.k_tile.data() + j * dim, dim, q_t, scores + j * kRows);
+      }
+      const int64_t block_rows = std::min(kRows, rows - b * kRows);
+      float* o = scratch.o.data() + b * kRows * dim;
+      OnlineSoftmax(scores, count, scratch.max.data() + b * kRows, scratch.sum.data() + b * kRows,
+                    o, dim, block_rows);
+      AccumulateBlockAnyDim(dim, scores, count, scratch.v_tile.data(), o, block_rows);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    // Every key is visible, so sum >= 1 (the maximum's own term).
+    const float inv = 1.0f / scratch.sum[r];
+    float* orow = out + (r / group) * out_ld + (r % group) * dim;
+    for (int64_t d = 0; d < dim; ++d) orow[d] = scratch.o[r * dim + d] * inv;
+    lse[(r / group) * lse_ld + r % group] = scratch.max[r] + std::log(scratch.sum[r]);
+  }
+}
+
+MANYSHOT_AVX512_END
+#else  // no AVX-512 in this build: callers take the sgemm path
+
+bool ContextKernelSupports(int64_t) { return false; }
+
+void AttendContextRows(const float*, int64_t, int64_t, int64_t, const Tensor&, const Tensor&,
+                       int64_t, int64_t, float, float*, int64_t, float*, int64_t, ContextScratch&) {
+}
+
+#endif
+
+}  // namespace manyshot::cpu_internal

@@ -1,0 +1,159 @@
+// The CPU backend's AttendContext (the register-tiled kernels of cpu_context_kernel.h for head
+// dimensions that are multiples of 16, the sgemm path otherwise) against a double-precision
+// softmax attention over the same stored K/V, with a rounding bound derived from the computation
+// rather than a tuned tolerance.
+//
+// Bound. With u = 2^-24 and gamma_n = n u / (1 - n u): each logit s_j = scale * q.k_j carries an
+// error of at most delta = scale * (gamma_D + u) * max_j sum_d |q_d k_jd| (a D-term dot product,
+// plus the query's scaling); exp adds at most 2^-21 relative. Each weight p_j is then off by a
+// factor within e = 2 delta + 2^-21 (the max it is shifted by moves with the logits), so the
+// normalised output sum_j p_j v_j / sum_j p_j moves by at most 2 e max|v|; adding L terms in
+// float costs at most gamma_L on the numerator (scaled by max|v|) and on the denominator.
+// |o - o_exact| <= (2 e + 2 gamma_L + u) max|v|; |lse - lse_exact| <= delta + e + gamma_L + u
+// |lse|. Dropping or double counting one 128-key tile of 1000 keys moves o by ~1e-2, far above it.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_context_kernel.h"
+#include "gtest/gtest.h"
+#include "tests/engine/backend/backend_test_util.h"
+
+namespace manyshot {
+namespace {
+
+using testing::Download;
+using testing::Poisoned;
+using testing::RandomValues;
+using testing::RoundedTo;
+using testing::Upload;
+
+constexpr double kUnit = 1.0 / (1 << 24);
+double Gamma(int64_t n) { return n * kUnit / (1 - n * kUnit); }
+
+struct Case {
+  int64_t heads, kv_heads, dim, len;
+  std::vector<int64_t> q_lens;  // one sequence per entry
+  DType kv;
+};
+
+std::string Name(const Case& c) {
+  std::string lens;
+  for (int64_t l : c.q_lens) lens += std::to_string(l) + ",";
+  return "heads=" + std::to_string(c.heads) + " kv_heads=" + std::to_string(c.kv_heads) +
+         " dim=" + std::to_string(c.dim) + " len=" + std::to_string(c.len) + " q_lens=" + lens +
+         " kv=" + std::string(DTypeName(c.kv));
+}
+
+void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
+  SCOPED_TRACE(Name(c));
+  const int64_t D = c.dim, H = c.heads, KH = c.kv_heads, group = H / KH;
+  int64_t tokens = 0;
+  for (int64_t l : c.q_lens) tokens += l;
+  // The sequences' own K/V are not read by AttendContext, but the front checks them.
+  std::vector<Tensor> own_k, own_v;
+  own_k.reserve(c.q_lens.size());
+  own_v.reserve(c.q_lens.size());
+  std::vector<AttentionSequence> seqs;
+  int64_t begin = 0;
+  for (int64_t l : c.q_lens) {
+    own_k.push_back(Upload(backend, RandomValues(rng, l * KH * D), DType::kF32, {l, KH, D}));
+    own_v.push_back(Upload(backend, RandomValues(rng, l * KH * D), DType::kF32, {l, KH, D}));
+    AttentionSequence s;
+    s.q_begin = begin;
+    s.q_len = l;
+    s.kv_len = l;
+    s.context_from = 0;
+    seqs.push_back(s);
+    begin += l;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].k = &own_k[i];
+    seqs[i].v = &own_v[i];
+  }
+  const auto q = RandomValues(rng, tokens * H * D);
+  // Keys spread wider than values so the softmax is far from uniform.
+  const auto k = RoundedTo(RandomValues(rng, c.len * KH * D, 2.0f), c.kv);
+  const auto v = RoundedTo(RandomValues(rng, c.len * KH * D), c.kv);
+  Tensor kt = Upload(backend, k, c.kv, {c.len, KH, D});
+  Tensor vt = Upload(backend, v, c.kv, {c.len, KH, D});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  AttentionState out{Poisoned(backend, DType::kF32, {tokens, H, D}),
+                     Poisoned(backend, DType::kF32, {tokens, H})};
+  backend.AttendContext(Upload(backend, q, DType::kF32, {tokens, H, D}), seqs,
+                        AttentionContext{&kt, &vt, c.len, 0.0f}, scale, out);
+  ASSERT_TRUE(backend.Synchronize().ok());
+  const std::vector<float> o = Download(backend, out.o), lse = Download(backend, out.lse);
+
+  double max_v = 0;
+  for (float x : v) max_v = std::max(max_v, static_cast<double>(std::fabs(x)));
+  std::vector<double> s(static_cast<size_t>(c.len)), acc(static_cast<size_t>(D));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kvh = h / group;
+      const float* qr = q.data() + (t * H + h) * D;
+      double m = -INFINITY, magnitude = 0;
+      for (int64_t j = 0; j < c.len; ++j) {
+        const float* kr = k.data() + (j * KH + kvh) * D;
+        double dot = 0, abs_dot = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          dot += static_cast<double>(qr[d]) * kr[d];
+          abs_dot += std::fabs(static_cast<double>(qr[d]) * kr[d]);
+        }
+        s[j] = scale * dot;
+        m = std::max(m, s[j]);
+        magnitude = std::max(magnitude, abs_dot);
+      }
+      double total = 0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < c.len; ++j) {
+        const double p = std::exp(s[j] - m);
+        total += p;
+        const float* vr = v.data() + (j * KH + kvh) * D;
+        for (int64_t d = 0; d < D; ++d) acc[d] += p * vr[d];
+      }
+      const double exact_lse = m + std::log(total);
+      const double delta = scale * (Gamma(D) + kUnit) * magnitude;
+      const double e = 2 * delta + std::ldexp(1.0, -21);
+      const double o_bound = (2 * e + 2 * Gamma(c.len) + kUnit) * max_v;
+      const double lse_bound = delta + e + Gamma(c.len) + kUnit * std::fabs(exact_lse);
+      ASSERT_LE(std::fabs(lse[t * H + h] - exact_lse), lse_bound) << "token " << t << " head " << h;
+      for (int64_t d = 0; d < D; ++d) {
+        ASSERT_LE(std::fabs(o[(t * H + h) * D + d] - acc[d] / total), o_bound)
+            << "token " << t << " head " << h << " dim " << d;
+      }
+    }
+  }
+}
+
+TEST(CpuContextAttentionTest, MatchesExactAttentionForEveryKvDtypeShapeAndBatch) {
+  CpuBackend backend(2);
+  std::mt19937 rng(99);
+  std::vector<Case> cases;
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
+    // Batch 1 (one query's rows, a decode row), a batch crossing the 32-row blocks, and GQA
+    // groups whose rows share a kv head; context lengths around the 128-key tiles.
+    cases.push_back({12, 12, 64, 1000, {26}, kv});
+    cases.push_back({4, 4, 64, 1, {1}, kv});
+    cases.push_back({4, 4, 32, 129, {5, 1, 33}, kv});
+    cases.push_back({8, 2, 64, 700, {6, 1}, kv});
+    cases.push_back({6, 2, 80, 127, {9, 30}, kv});
+    cases.push_back({8, 2, 128, 300, {3, 4}, kv});
+    cases.push_back({2, 1, 16, 257, {40}, kv});
+    cases.push_back({4, 2, 40, 200, {7}, kv});  // not a multiple of 16: the sgemm path
+  }
+  for (const Case& c : cases) CheckCase(backend, rng, c);
+}
+
+TEST(CpuContextAttentionTest, TheTiledKernelCoversHeadDimensionsInSixteens) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  for (int64_t d = 16; d <= 128; d += 16) EXPECT_TRUE(cpu_internal::ContextKernelSupports(d)) << d;
+#endif
+  for (int64_t d : {8, 40, 72, 144}) EXPECT_FALSE(cpu_internal::ContextKernelSupports(d)) << d;
+}
+
+}  // namespace
+}  // namespace manyshot
