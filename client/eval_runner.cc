@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/classify_stream.h"
 #include "client/request_builder.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 
@@ -132,48 +133,26 @@ absl::StatusOr<std::vector<uint32_t>> ClassifyAll(const CliContext& cli, const s
                                                   v1::Mode mode, size_t batch_size,
                                                   CancelWatch* watch) {
   std::vector<std::vector<v1::Input>> batches = Batches(inputs, batch_size);
-  // At most this many requests unanswered: the server answers requests beyond its
-  // --max_stream_inflight (default 64) with RESOURCE_EXHAUSTED instead of queueing them.
-  constexpr size_t kWindow = 32;
-  std::mutex mutex;
-  std::condition_variable window_open;
-  size_t answered = 0;
-  bool reading_done = false;
   auto stub = v1::ManyShot::NewStub(cli.channel);
   auto call = cli.NewStreamingCall(task_id);
   watch->Watch(call.get());
-  auto stream = stub->StreamClassify(call.get());
-  std::thread writer([&] {
-    for (size_t b = 0; b < batches.size(); ++b) {
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        window_open.wait(lock, [&] { return reading_done || b < answered + kWindow; });
-        if (reading_done) return;
-      }
-      v1::ClassifyRequest request;
-      request.set_task_id(task_id);
-      request.set_request_id(std::to_string(b));
-      request.mutable_options()->set_mode(mode);
-      for (const v1::Input& input : batches[b]) *request.add_inputs() = input;
-      if (!stream->Write(request)) return;
-    }
-    stream->WritesDone();
-  });
   std::vector<uint32_t> predicted(inputs.size(), 0);
   std::set<size_t> seen;
   absl::Status error = absl::OkStatus();
-  v1::ClassifyResponse response;
-  while (stream->Read(&response)) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++answered;
-    }
-    window_open.notify_all();
+  auto make_request = [&](size_t b) {
+    v1::ClassifyRequest request;
+    request.set_task_id(task_id);
+    request.set_request_id(std::to_string(b));
+    request.mutable_options()->set_mode(mode);
+    for (const v1::Input& input : batches[b]) *request.add_inputs() = input;
+    return request;
+  };
+  auto on_response = [&](v1::ClassifyResponse& response) {
     size_t b = batches.size();
     if (!absl::SimpleAtoi(response.request_id(), &b) || b >= batches.size()) {
       error = absl::InternalError(
           absl::StrCat("unexpected request_id '", response.request_id(), "' from StreamClassify"));
-      continue;
+      return;
     }
     if (response.error().code() != 0) {
       if (error.ok()) {
@@ -181,25 +160,20 @@ absl::StatusOr<std::vector<uint32_t>> ClassifyAll(const CliContext& cli, const s
             static_cast<absl::StatusCode>(response.error().code()),
             absl::StrCat("StreamClassify ", task_id, ": ", response.error().message()));
       }
-      continue;
+      return;
     }
     if (response.results_size() != static_cast<int>(batches[b].size())) {
       error = absl::InternalError(absl::StrCat("StreamClassify: ", response.results_size(),
                                                " results for ", batches[b].size(), " inputs"));
-      continue;
+      return;
     }
     for (int i = 0; i < response.results_size(); ++i) {
       predicted[b * batch_size + static_cast<size_t>(i)] = response.results(i).label_index();
     }
     seen.insert(b);
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    reading_done = true;
-  }
-  window_open.notify_all();
-  writer.join();
-  grpc::Status status = stream->Finish();
+  };
+  grpc::Status status =
+      StreamClassifyRequests(*stub, call.get(), batches.size(), make_request, on_response);
   watch->Watch(nullptr);
   if (watch->Cancelled()) return CancelledError();
   if (!status.ok()) return FromGrpc(status, absl::StrCat("StreamClassify ", task_id));

@@ -1,16 +1,14 @@
 // classify, score, generate.
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/classify_stream.h"
 #include "client/commands.h"
 #include "client/example_reader.h"
 #include "client/flags.h"
@@ -180,75 +178,44 @@ int RunClassify(const CliContext& cli) {
 
   // StreamClassify: every batch on one stream; answers arrive in completion order and are
   // printed in input order.
-  // At most kStreamWindow batches are sent and unanswered: the server answers requests beyond its
-  // --max_stream_inflight (default 64) with RESOURCE_EXHAUSTED instead of queueing them.
-  constexpr size_t kStreamWindow = 32;
-  std::mutex window_mutex;
-  std::condition_variable window_open;
-  size_t answered = 0;
-  bool reading_done = false;
-  auto call = cli.NewStreamingCall(task_id);
-  auto stream = stub->StreamClassify(call.get());
-  std::thread writer([&] {
-    for (size_t b = 0; b < batches.size(); ++b) {
-      {
-        std::unique_lock<std::mutex> lock(window_mutex);
-        window_open.wait(lock, [&] { return reading_done || b < answered + kStreamWindow; });
-        if (reading_done) return;
-      }
-      if (!stream->Write(make_request(b))) return;
-    }
-    stream->WritesDone();
-  });
-  auto count_answer = [&](bool last) {
-    std::lock_guard<std::mutex> lock(window_mutex);
-    if (last) {
-      reading_done = true;
-    } else {
-      ++answered;
-    }
-    window_open.notify_all();
-  };
   std::map<size_t, v1::ClassifyResponse> pending;
   size_t next = 0;
   int exit_code = 0;
-  v1::ClassifyResponse response;
-  while (stream->Read(&response)) {
-    count_answer(false);
-    size_t b = 0;
-    try {
-      b = std::stoul(response.request_id());
-    } catch (...) {
-      b = batches.size();
-    }
-    if (b >= batches.size()) {
-      std::fprintf(stderr, "manyshot: classify: unexpected request_id '%s'\n",
-                   response.request_id().c_str());
-      exit_code = 1;
-      continue;
-    }
-    pending[b] = std::move(response);
-    for (auto it = pending.find(next); it != pending.end(); it = pending.find(next)) {
-      const v1::ClassifyResponse& r = it->second;
-      if (r.error().code() != 0) {
-        ReportErrorStatus(absl::StrCat(cmd, ": inputs ", next * batch_size + 1, "-",
-                                       next * batch_size + batches[next].size()),
-                          r.error());
-        exit_code = 1;
-      } else {
-        for (int i = 0; i < r.results_size() && i < static_cast<int>(batches[next].size()); ++i) {
-          PrintClassifyResult(cli, batches[next][static_cast<size_t>(i)], r.results(i));
+  auto call = cli.NewStreamingCall(task_id);
+  grpc::Status status = StreamClassifyRequests(
+      *stub, call.get(), batches.size(), make_request, [&](v1::ClassifyResponse& response) {
+        size_t b = 0;
+        try {
+          b = std::stoul(response.request_id());
+        } catch (...) {
+          b = batches.size();
         }
-        done += batches[next].size();
-      }
-      std::fflush(stdout);
-      pending.erase(it);
-      ++next;
-    }
-  }
-  count_answer(true);
-  writer.join();
-  grpc::Status status = stream->Finish();
+        if (b >= batches.size()) {
+          std::fprintf(stderr, "manyshot: classify: unexpected request_id '%s'\n",
+                       response.request_id().c_str());
+          exit_code = 1;
+          return;
+        }
+        pending[b] = std::move(response);
+        for (auto it = pending.find(next); it != pending.end(); it = pending.find(next)) {
+          const v1::ClassifyResponse& r = it->second;
+          if (r.error().code() != 0) {
+            ReportErrorStatus(absl::StrCat(cmd, ": inputs ", next * batch_size + 1, "-",
+                                           next * batch_size + batches[next].size()),
+                              r.error());
+            exit_code = 1;
+          } else {
+            for (int i = 0; i < r.results_size() && i < static_cast<int>(batches[next].size());
+                 ++i) {
+              PrintClassifyResult(cli, batches[next][static_cast<size_t>(i)], r.results(i));
+            }
+            done += batches[next].size();
+          }
+          std::fflush(stdout);
+          pending.erase(it);
+          ++next;
+        }
+      });
   if (!status.ok()) return ReportRpcError(cmd, status);
   if (next < batches.size()) {
     return ReportRpcError(
