@@ -201,6 +201,34 @@ TEST_F(EvalTest, BadInputsAreUsageErrorsNamingTheProblem) {
   ExpectNoTasks({});
 }
 
+TEST_F(EvalTest, WithoutLabelWordsItScoresGreedyGenerationsByExactMatch) {
+  const fs::path train = dir_->path() / "capitals.jsonl";
+  {
+    std::ofstream out(train);
+    for (int i = 0; i < 30; ++i) {
+      out << "{\"text\": \"country " << i << "\", \"label\": \"city " << i << "\"}\n";
+    }
+  }
+  CommandResult run = Cli({"--json", "eval", "--train_file=" + train.string(),
+                           "--template=Q: capital of {text}?\\nA:", "--shots=2,8", "--samples=2",
+                           "--modes=structured,conventional", "--test_limit=3"});
+  ASSERT_EQ(run.exit_status, 0) << run.err;
+  nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["dataset"]["metric"], "exact_match");
+  EXPECT_TRUE(report["dataset"]["labels"].empty());
+  EXPECT_EQ(report["dataset"]["train_examples"], 27);  // every tenth example is held out
+  EXPECT_EQ(report["dataset"]["test_examples"], 3);
+  ASSERT_EQ(report["results"].size(), 4u);
+  for (const nlohmann::json& cell : report["results"]) {
+    ASSERT_EQ(cell["accuracy"].size(), 2u);
+    for (const nlohmann::json& a : cell["accuracy"]) {
+      EXPECT_GE(a.get<double>(), 0.0);
+      EXPECT_LE(a.get<double>(), 1.0);
+    }
+  }
+  ExpectNoTasks(TaskIds(run.err));
+}
+
 TEST_F(EvalTest, AServerErrorMidRunStillDeletesTheTasks) {
   // A test input far past the default max_query_tokens (128): the task is created, then
   // StreamClassify refuses the input.
