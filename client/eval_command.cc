@@ -171,9 +171,11 @@ int RunEval(const CliContext& cli) {
   auto shots = ResolveShots(plan, dataset->train.size(), dataset->name);
   if (!shots.ok()) return ReportUsageError(cmd, std::string(shots.status().message()));
 
-  // Ctrl-C / SIGTERM: cancel the call in flight, delete the tasks, exit 130.
+  // Ctrl-C / SIGTERM: cancel the call in flight, delete the tasks, exit 130. The handler is
+  // reset after it runs, so a second Ctrl-C ends the process at once (leaving tasks behind).
   struct sigaction action = {};
   action.sa_handler = OnInterrupt;
+  action.sa_flags = SA_RESETHAND;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
