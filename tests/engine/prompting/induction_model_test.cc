@@ -19,18 +19,22 @@ namespace {
 
 constexpr int64_t kContextLength = 1024;
 
-// Written and loaded once per process, from the default spec but for a shorter window.
+// The default spec but for a shorter window, stored in `dtype`, written into `dir` and loaded.
+std::unique_ptr<Transformer> WriteAndLoad(const TempDir& dir, DType dtype) {
+  InductionModelSpec spec;
+  spec.max_position_embeddings = kContextLength;
+  spec.dtype = dtype;
+  absl::Status st = WriteInductionModel(spec, MANYSHOT_GPT2_TOKENIZER_DIR, dir.path());
+  EXPECT_TRUE(st.ok()) << st;
+  auto loaded = Transformer::Load(dir.path(), TestBackend());
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? *std::move(loaded) : nullptr;
+}
+
+// The f32 model, written and loaded once per process.
 const Transformer& InductionModel() {
   static TempDir dir;  // destroyed at exit, after the model (declared later)
-  static std::unique_ptr<Transformer> model = [] {
-    InductionModelSpec spec;
-    spec.max_position_embeddings = kContextLength;
-    absl::Status st = WriteInductionModel(spec, MANYSHOT_GPT2_TOKENIZER_DIR, dir.path());
-    EXPECT_TRUE(st.ok()) << st;
-    auto loaded = Transformer::Load(dir.path(), TestBackend());
-    EXPECT_TRUE(loaded.ok()) << loaded.status();
-    return loaded.ok() ? *std::move(loaded) : nullptr;
-  }();
+  static std::unique_ptr<Transformer> model = WriteAndLoad(dir, DType::kF32);
   return *model;
 }
 
@@ -45,6 +49,16 @@ const InductionTaskData& TaskData() {
     return made.ok() ? *std::move(made) : InductionTaskData{};
   }();
   return data;
+}
+
+// Every key once, in the training split's order.
+std::vector<Example> EveryKeyOnce() {
+  std::vector<Example> demos;
+  std::set<std::string> keys;
+  for (const Example& e : TaskData().train) {
+    if (keys.insert(e.text).second) demos.push_back(e);
+  }
+  return demos;
 }
 
 struct ModeCase {
@@ -81,16 +95,6 @@ class InductionModelTest : public ::testing::TestWithParam<ModeCase> {
   static std::vector<Example> FirstShots(int64_t shots) {
     const std::vector<Example>& train = TaskData().train;
     return std::vector<Example>(train.begin(), train.begin() + shots);
-  }
-
-  // Every key once, in the training split's order.
-  static std::vector<Example> EveryKeyOnce() {
-    std::vector<Example> demos;
-    std::set<std::string> keys;
-    for (const Example& e : TaskData().train) {
-      if (keys.insert(e.text).second) demos.push_back(e);
-    }
-    return demos;
   }
 
   // Classifies the test split with `demos` as the demonstrations.
@@ -244,6 +248,37 @@ TEST_P(InductionModelTest, GreedyGenerationCopiesTheLabel) {
     auto text = Gpt2Tokenizer().Decode(out->tokens);
     ASSERT_TRUE(text.ok());
     EXPECT_EQ(*text, " " + data.test[i].label) << data.test[i].text;
+  }
+}
+
+TEST(InductionModelDtypeTest, StoredInBf16ItStillCopies) {
+  TempDir dir;
+  std::unique_ptr<Transformer> model = WriteAndLoad(dir, DType::kBF16);
+  ASSERT_NE(model, nullptr);
+  for (PromptMode mode : {PromptMode::kStructured, PromptMode::kConventional}) {
+    TaskOptions options = InductionTaskOptions(InductionTaskSpec().labels);
+    options.mode = mode;
+    if (mode == PromptMode::kStructured) {
+      options.group_length = 64;
+      options.alignment = Alignment::kAttentionMask;
+    }
+    options.max_query_tokens = 8;
+    options.max_answer_tokens = 8;
+    auto task = IclTask::Prepare(*model, Gpt2Tokenizer(), options, EveryKeyOnce());
+    ASSERT_TRUE(task.ok()) << task.status();
+    std::unique_ptr<EncodedContext> context;
+    if (mode == PromptMode::kStructured) {
+      auto encoded = (*task)->EncodeContext();
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      context = std::make_unique<EncodedContext>(*std::move(encoded));
+    }
+    auto results = (*task)->Classify(context.get(), TaskData().test);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t i = 0; i < results->size(); ++i) {
+      EXPECT_EQ(options.labels[static_cast<size_t>((*results)[i].prediction)],
+                TaskData().test[i].label)
+          << TaskData().test[i].text;
+    }
   }
 }
 
