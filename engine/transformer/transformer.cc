@@ -24,8 +24,15 @@ namespace {
 // the output dimension where the forward pass wants one GEMM.
 class WeightReader {
  public:
-  WeightReader(const SafetensorsArchive& archive, Architecture arch, Backend& backend, DType dtype)
-      : archive_(archive), arch_(arch), backend_(backend), dtype_(dtype) {}
+  // Matrices (rank 2: Linear weights, embedding tables) are stored in `matrix_dtype`, the rest
+  // (norm weights, biases) in the compute dtype `dtype`.
+  WeightReader(const SafetensorsArchive& archive, Architecture arch, Backend& backend, DType dtype,
+               DType matrix_dtype)
+      : archive_(archive),
+        arch_(arch),
+        backend_(backend),
+        dtype_(dtype),
+        matrix_dtype_(matrix_dtype) {}
 
   absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape) {
     return Fuse({{std::string(name), shape}}, /*concat_rows=*/true);
@@ -79,14 +86,15 @@ class WeightReader {
         col += width;
       }
     }
-    auto t = backend_.Allocate(dtype_, shape);
+    const DType dtype = shape.size() == 2 ? matrix_dtype_ : dtype_;
+    auto t = backend_.Allocate(dtype, shape);
     if (!t.ok()) return t.status();
-    if (dtype_ == DType::kF32) {
+    if (dtype == DType::kF32) {
       backend_.CopyFromHost(host.data(), *t);
     } else {  // rounded on the host: the device never holds the f32 copy
       std::vector<uint16_t> narrow(host.size());
       for (size_t i = 0; i < host.size(); ++i) {
-        narrow[i] = dtype_ == DType::kBF16 ? F32ToBF16(host[i]) : F32ToF16(host[i]);
+        narrow[i] = dtype == DType::kBF16 ? F32ToBF16(host[i]) : F32ToF16(host[i]);
       }
       backend_.CopyFromHost(narrow.data(), *t);
     }
@@ -100,6 +108,7 @@ class WeightReader {
   Architecture arch_;
   Backend& backend_;
   DType dtype_;
+  DType matrix_dtype_;
 };
 
 #define MANYSHOT_ASSIGN(lhs, expr)                              \
@@ -124,6 +133,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
                                                    " backend cannot compute in ",
                                                    std::string(DTypeName(model->compute_dtype_))));
   }
+  model->weight_dtype_ = options.weights.value_or(model->compute_dtype_);
+  if (!backend.SupportsWeightDType(model->compute_dtype_, model->weight_dtype_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", backend.name(), " backend cannot hold ",
+                     std::string(DTypeName(model->weight_dtype_)), " weights for ",
+                     std::string(DTypeName(model->compute_dtype_)), " compute"));
+  }
   if (!IsFloat(model->kv_dtype_)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV dtype ", std::string(DTypeName(model->kv_dtype_)), " is not a float type"));
@@ -144,7 +160,11 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   StableHash config_hash;
   config_hash.Update(ModelConfigToJson(c));
   fingerprint_ = absl::StrCat(archive.fingerprint(), "-", config_hash.Hex());
-  WeightReader reader(archive, c.architecture, *backend_, compute_dtype_);
+  // Weights rounded to another dtype are other weights (their outputs and K/V differ).
+  if (weight_dtype_ != compute_dtype_) {
+    absl::StrAppend(&fingerprint_, "-w", std::string(DTypeName(weight_dtype_)));
+  }
+  WeightReader reader(archive, c.architecture, *backend_, compute_dtype_, weight_dtype_);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q_out = c.num_heads * D, kv_out = c.num_kv_heads * D;
   if (c.architecture == Architecture::kLlama) {

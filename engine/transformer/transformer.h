@@ -45,6 +45,10 @@ struct ContextKv {
 struct TransformerOptions {
   std::optional<DType> compute;
   std::optional<DType> kv;
+  // Matrix weights (Linear weights, embedding tables) in a dtype the backend widens inside its
+  // kernels (Backend::SupportsWeightDType; the CPU: bf16 with f32 compute, half the bytes decode
+  // reads per token). Unset: the compute dtype. Norm weights and biases stay in the compute dtype.
+  std::optional<DType> weights;
 };
 
 struct ForwardResult {
@@ -73,6 +77,8 @@ class Transformer {
   // Weights and activations; own and encoded K/V.
   DType compute_dtype() const { return compute_dtype_; }
   DType kv_dtype() const { return kv_dtype_; }
+  // Matrix weights (TransformerOptions::weights).
+  DType weight_dtype() const { return weight_dtype_; }
   // Largest position id the model accepts (learned positions) or a practical bound (RoPE).
   int64_t max_position() const { return config_.max_position_embeddings; }
 
@@ -96,6 +102,7 @@ class Transformer {
   DType stored_dtype_ = DType::kF32;
   DType compute_dtype_ = DType::kF32;
   DType kv_dtype_ = DType::kF32;
+  DType weight_dtype_ = DType::kF32;
   std::vector<std::unique_ptr<Layer>> layers_;
   Tensor embed_;      // [V, H]
   Tensor positions_;  // GPT-2 wpe [P, H]
