@@ -369,6 +369,29 @@ void CheckQueryAndState(Checker& c, Device device, const Tensor& q, const Attent
   c.That(out.lse.dim(0) == q.dim(0) && out.lse.dim(1) == q.dim(1), "out.lse must be [T, heads]");
 }
 
+// ALiBi arguments of one sequence: slopes f32 [heads] and kI32 key positions covering its keys,
+// set or unset alike in every sequence of the call (`first`).
+void CheckAlibi(Checker& c, Device device, const Tensor& q, const AttentionSequence& seq,
+                const AttentionSequence& first, size_t s) {
+  const std::string what = absl::StrCat("sequence ", s, ": ");
+  c.That((seq.alibi_slopes != nullptr) == (first.alibi_slopes != nullptr),
+         what + "every sequence of a call uses ALiBi or none does");
+  if (seq.alibi_slopes == nullptr || !c.status().ok()) return;
+  c.That(seq.alibi_slopes->defined() && seq.positions != nullptr && seq.positions->defined(),
+         what + "ALiBi needs slopes and key positions");
+  if (!c.status().ok()) return;
+  const Tensor& slopes = *seq.alibi_slopes;
+  const Tensor& positions = *seq.positions;
+  c.On(slopes, device, "alibi_slopes").Is(slopes, DType::kF32, "alibi_slopes");
+  c.Rank(slopes, 1, "alibi_slopes").On(positions, device, "positions");
+  c.Is(positions, DType::kI32, "positions").Rank(positions, 1, "positions");
+  if (!c.status().ok()) return;
+  c.That(slopes.dim(0) == q.dim(1),
+         absl::StrCat(what, slopes.dim(0), " ALiBi slopes for ", q.dim(1), " heads"));
+  c.That(positions.dim(0) >= seq.kv_len,
+         absl::StrCat(what, positions.dim(0), " key positions for ", seq.kv_len, " keys"));
+}
+
 void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
                         absl::Span<const AttentionSequence> sequences, const AttentionState& out) {
   CheckQueryAndState(c, device, q, out);
@@ -381,6 +404,7 @@ void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
     c.That(seq.kv_len >= seq.q_len,
            absl::StrCat("sequence ", s, ": kv_len ", seq.kv_len, " < q_len ", seq.q_len));
     c.That(seq.kv_len <= std::numeric_limits<int32_t>::max(), "kv_len too large");
+    CheckAlibi(c, device, q, seq, sequences.front(), s);
   }
 }
 
@@ -430,6 +454,20 @@ void Backend::AttendContext(const Tensor& q, absl::Span<const AttentionSequence>
         c.That(context.len >= 0, "negative context length");
         if (context.len > 0)
           CheckKeys(c, device(), q, context.k, context.v, context.len, "context");
+        if (c.status().ok() && context.len > 0 && !sequences.empty() &&
+            sequences.front().alibi_slopes != nullptr) {
+          const Tensor* p = context.positions;
+          c.That(p != nullptr && p->defined(),
+                 "context: ALiBi needs the context keys' positions (none given)");
+          if (!c.status().ok()) return;
+          c.On(*p, device(), "context.positions").Is(*p, DType::kI32, "context.positions");
+          c.Rank(*p, 1, "context.positions");
+          if (c.status().ok()) {
+            c.That(
+                p->dim(0) >= context.len,
+                absl::StrCat("context: ", p->dim(0), " key positions for ", context.len, " keys"));
+          }
+        }
       },
       [&] { return AttendContextImpl(q, sequences, context, scale, out); });
 }

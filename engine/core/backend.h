@@ -63,6 +63,12 @@ struct AttentionSequence {
   // Query rows whose own index (kv_len - q_len + r) is < context_from do not see the shared context
   // (the query's bos attends only to itself).
   int64_t context_from = 0;
+  // ALiBi (BLOOM): when alibi_slopes (f32 [heads]) is set, slope[h] * (key position - query
+  // position) is added to head h's logits, for own and context keys alike. `positions` (kI32,
+  // >= kv_len rows) holds the own keys' position ids; query row r is own key kv_len - q_len + r,
+  // so its position is positions[kv_len - q_len + r]. Every sequence of a call sets both or none.
+  const Tensor* alibi_slopes = nullptr;
+  const Tensor* positions = nullptr;
 };
 
 // Keys/values shared by every sequence of the call (a task's encoded demonstrations), attended
@@ -72,6 +78,8 @@ struct AttentionContext {
   const Tensor* v = nullptr;
   int64_t len = 0;
   float log_weight = 0.0f;
+  // kI32 (>= len rows): the keys' position ids; required when the sequences use ALiBi.
+  const Tensor* positions = nullptr;
 };
 
 // One sequence of an AttendBiased call: query rows q[q_begin, q_begin + q_len) against rows

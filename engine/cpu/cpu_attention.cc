@@ -7,6 +7,7 @@
 //            and tile for all rows at once;
 //   own:     each sequence's rows against its own keys, causally, with ln(weight) added to the
 //            logits of keys at index >= weighted_from.
+// Both add ALiBi's slope * (key position - query position) when the sequences carry slopes.
 #include <cblas.h>
 
 #include <algorithm>
@@ -44,12 +45,21 @@ struct OnlineSoftmax {
 };
 
 // Which keys row r may see, and their extra log-weights: key j is visible when j < limit[r];
-// keys j >= weighted_from get +log_weight.
+// keys j >= weighted_from get +log_weight; with ALiBi (key_pos set) every visible key gets
+// slope * (key_pos[j] - query_pos[r]).
 struct KeyRule {
   const int64_t* limit = nullptr;  // per row; nullptr = all keys
   int64_t weighted_from = std::numeric_limits<int64_t>::max();
   float log_weight = 0.0f;
+  const int32_t* key_pos = nullptr;    // by key index; nullptr = no ALiBi
+  const int32_t* query_pos = nullptr;  // by row of the AttendTile call
+  float slope = 0.0f;
 };
+
+// The ALiBi slope of `head`, or 0 without ALiBi.
+float AlibiSlope(const AttentionSequence& seq, int64_t head) {
+  return seq.alibi_slopes ? seq.alibi_slopes->data<float>()[head] : 0.0f;
+}
 
 // Folds one key tile (keys j0 .. j0+tile of k/v, row stride kv_ld) into the online softmax of
 // `rows` query rows (q, row stride q_ld). `state.max/sum/o` rows start at `state_row`.
@@ -67,6 +77,11 @@ void AttendTile(const float* q, int64_t q_ld, int64_t rows, const float* k, cons
     const int64_t wfrom = std::clamp<int64_t>(rule.weighted_from - j0, 0, visible);
     if (rule.log_weight != 0.0f) {
       for (int64_t j = wfrom; j < visible; ++j) sr[j] += rule.log_weight;
+    }
+    if (rule.key_pos != nullptr) {
+      const int32_t* kp = rule.key_pos + j0;
+      const int32_t qp = rule.query_pos[r];
+      for (int64_t j = 0; j < visible; ++j) sr[j] += rule.slope * static_cast<float>(kp[j] - qp);
     }
     float tile_max = kNegInf;
     for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, sr[j]);
@@ -223,6 +238,11 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
     rule.limit = limits;
     rule.weighted_from = seq.weighted_from;
     rule.log_weight = seq.own_log_weight;
+    if (seq.alibi_slopes != nullptr) {
+      rule.key_pos = seq.positions->data<int32_t>();
+      rule.query_pos = rule.key_pos + base + it.r0;
+      rule.slope = AlibiSlope(seq, it.head);
+    }
     OnlineSoftmax& state = states[thread];
     state.Reset(rows, dim);
     const int64_t row0 = seq.q_begin + it.r0;
@@ -246,13 +266,17 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
   float* op = out.o.data<float>();
   float* lp = out.lse.data<float>();
   // Rows that see the context, gathered so every GEMM row is useful; the others saw nothing.
+  // With ALiBi, each gathered row's position too.
   std::vector<int64_t> rows_seeing;
+  std::vector<int32_t> row_positions;
+  const bool alibi = !sequences.empty() && sequences.front().alibi_slopes != nullptr;
   for (const auto& seq : sequences) {
     const int64_t base = seq.kv_len - seq.q_len;
     for (int64_t r = 0; r < seq.q_len; ++r) {
       const int64_t row = seq.q_begin + r;
       if (base + r >= seq.context_from && context.len > 0) {
         rows_seeing.push_back(row);
+        if (alibi) row_positions.push_back(seq.positions->data<int32_t>()[base + r]);
       } else {
         std::fill(op + row * q_ld, op + (row + 1) * q_ld, 0.0f);
         std::fill(lp + row * heads, lp + (row + 1) * heads, kNegInf);
@@ -270,7 +294,7 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
     std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
   }
   constexpr int64_t kRowChunk = 1024;
-  if (cpu_internal::ContextKernelSupports(dim)) {
+  if (!alibi && cpu_internal::ContextKernelSupports(dim)) {
     // The register-tiled kernels (cpu_context_kernel.h): one item per kv head and chunk of
     // tokens, the rows of every query head sharing the kv head together, so each context tile
     // is read once per chunk for all of them.
@@ -314,6 +338,10 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
       OnlineSoftmax& state = states[thread];
       state.Reset(rows, dim);
       KeyRule rule;
+      if (alibi) {
+        rule.key_pos = context.positions->data<int32_t>();
+        rule.slope = AlibiSlope(sequences.front(), it.head);
+      }
       for (int64_t j0 = 0; j0 < context.len; j0 += kKeyTile) {
         const int64_t tile = std::min(kKeyTile, context.len - j0);
         const float* k;
@@ -334,6 +362,7 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
         }
         for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
           const int64_t block = std::min(kRowBlock, rows - b0);
+          if (alibi) rule.query_pos = row_positions.data() + it.r0 + b0;
           AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0,
                      tile, dim, scale, rule, state, b0);
         }

@@ -689,6 +689,10 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
                                  const AttentionContext* context, float scale,
                                  const AttentionState& out) {
   const char* op = context == nullptr ? "AttendOwn" : "AttendContext";
+  if (!sequences.empty() && sequences.front().alibi_slopes != nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("cuda ", op, ": ALiBi attention (BLOOM) is not implemented on this backend"));
+  }
   const int64_t tokens = q.dim(0);
   const int64_t heads = q.dim(1);
   const int64_t head_dim = q.dim(2);
