@@ -12,7 +12,7 @@
 #include "absl/flags/usage.h"
 #include "engine/model/tiny_model.h"
 
-ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral or qwen2");
+ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral, qwen2, bloom or opt");
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
 ABSL_FLAG(std::string, tokenizer_dir, "",
           "directory whose tokenizer files are copied into the model (optional)");
@@ -26,13 +26,15 @@ ABSL_FLAG(int64_t, kv_heads, 0, "key/value heads; 0 = heads");
 ABSL_FLAG(int64_t, max_position_embeddings, 0, "0 = 1024 for gpt2, 2048 otherwise");
 ABSL_FLAG(std::string, tie, "auto",
           "tie lm_head to the embeddings: true, false or auto "
-          "(gpt2 and qwen2: true; llama, mistral: false)");
+          "(gpt2, qwen2, bloom, opt: true; llama, mistral: false)");
 ABSL_FLAG(std::string, attention_bias, "auto",
           "q/k/v bias: true, false or auto "
-          "(gpt2 and qwen2: true; llama, mistral: false)");
+          "(gpt2, qwen2, bloom, opt: true; llama, mistral: false)");
 ABSL_FLAG(std::string, dtype, "f32", "stored dtype: f32, f16 or bf16");
 ABSL_FLAG(int, shards, 1, "number of safetensors shards (>1 writes an index)");
 ABSL_FLAG(double, rope_theta, 10000, "RoPE base (llama family)");
+ABSL_FLAG(bool, pre_norm, true,
+          "norms before each sublayer; false: post-LN (opt only, do_layer_norm_before: false)");
 
 namespace {
 
@@ -74,7 +76,8 @@ int main(int argc, char** argv) {
   if (spec.num_kv_heads == 0) spec.num_kv_heads = spec.num_heads;
   spec.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
   if (spec.max_position_embeddings == 0) spec.max_position_embeddings = gpt2 ? 1024 : 2048;
-  const bool auto_true = gpt2 || spec.family == "qwen2";
+  const bool auto_true =
+      gpt2 || spec.family == "qwen2" || spec.family == "bloom" || spec.family == "opt";
   if (!ParseTriBool("tie", absl::GetFlag(FLAGS_tie), auto_true, &spec.tie_word_embeddings) ||
       !ParseTriBool("attention_bias", absl::GetFlag(FLAGS_attention_bias), auto_true,
                     &spec.attention_bias)) {
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
   spec.shards = absl::GetFlag(FLAGS_shards);
   spec.seed = absl::GetFlag(FLAGS_seed);
   spec.rope_theta = static_cast<float>(absl::GetFlag(FLAGS_rope_theta));
+  spec.pre_norm = absl::GetFlag(FLAGS_pre_norm);
 
   absl::Status st = manyshot::WriteTinyModel(spec, absl::GetFlag(FLAGS_tokenizer_dir), out);
   if (!st.ok()) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model/config_keys.h"
+#include "engine/model/family_configs.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {
@@ -24,6 +25,7 @@ namespace {
 using Json = nlohmann::json;
 
 using config_keys::KeyReader;
+using config_keys::ShortestDecimal;
 
 absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   if (r.Has("rope_scaling")) {
@@ -112,29 +114,12 @@ absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// The shortest decimal that reads back as `f`, as a double: 1e-5f is written "1e-05", not
-// "9.999999747378752e-06", so written configs look like HF's and round-trip exactly.
-double ShortestDecimal(float f) {
-  for (int precision = 1; precision <= 9; ++precision) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(f));
-    if (std::strtof(buf, nullptr) == f) return std::strtod(buf, nullptr);
-  }
-  return f;
-}
-
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open"));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  Json j = Json::parse(buf.str(), /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(file, ": not valid JSON"));
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
-
+  Json j;
+  MS_ASSIGN(j, config_keys::ReadJsonObject(config_json));
   KeyReader r(j, file);
   ModelConfig c;
   MS_ASSIGN(c.model_type, r.String("model_type", std::nullopt));
@@ -144,10 +129,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
     s = ParseLlamaFamily(r, c);
   } else if (c.model_type == "gpt2") {
     s = ParseGpt2(r, c);
+  } else if (c.model_type == "bloom") {
+    s = ParseBloomConfig(r, c);
+  } else if (c.model_type == "opt") {
+    s = ParseOptConfig(r, c);
   } else {
     return absl::UnimplementedError(
         absl::StrCat(file, ": key \"model_type\" has unsupported value \"", c.model_type,
-                     "\" (supported: llama, mistral, qwen2, gpt2)"));
+                     "\" (supported: llama, mistral, qwen2, gpt2, bloom, opt)"));
   }
   if (!s.ok()) return s;
   return c;
@@ -156,7 +145,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
 std::string ModelConfigToJson(const ModelConfig& c) {
   // nlohmann's ordered_json keeps our key order, which makes the written files easy to read.
   nlohmann::ordered_json j;
-  if (c.architecture == Architecture::kGpt2) {
+  if (c.architecture == Architecture::kBloom) {
+    BloomConfigToJson(c, j);
+  } else if (c.architecture == Architecture::kOpt) {
+    OptConfigToJson(c, j);
+  } else if (c.architecture == Architecture::kGpt2) {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
     j["vocab_size"] = c.vocab_size;

@@ -1,5 +1,6 @@
 // The architecture description read from a Hugging Face config.json. Model code reads only this
-// struct, never the JSON, so a new family is a parser change plus a tensor-name table.
+// struct, never the JSON, so a new family is a parser here plus a traits row (arch_traits.h) and a
+// tensor table (tensor_names.h).
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,14 @@ namespace manyshot {
 enum class Architecture : uint8_t {
   kLlama = 0,  // llama, mistral, qwen2: RoPE (rotate-half), RMSNorm, SwiGLU, GQA
   kGpt2 = 1,   // learned positions, LayerNorm, tanh-GELU, Conv1D weights stored [in, out]
+  kBloom = 2,  // ALiBi, LayerNorm (also after the embeddings), GELU, fused per-head q|k|v
+  kOpt = 3,    // learned positions (offset 2), LayerNorm pre or post, ReLU
 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
-  std::string model_type;  // config.json "model_type" as given: "llama", "mistral", "qwen2", "gpt2"
+  // config.json "model_type" as given: "llama", "mistral", "qwen2", "gpt2", "bloom", "opt"
+  std::string model_type;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;  // GPT-2: n_inner, or 4 * hidden when null
@@ -32,6 +36,9 @@ struct ModelConfig {
   bool attention_bias = false;          // q/k/v bias (qwen2 always; llama "attention_bias")
   bool attention_out_bias = false;      // o_proj bias (llama "attention_bias" sets both)
   bool mlp_bias = false;                // llama "mlp_bias"
+  // Norms before each sublayer (pre-LN; every family but OPT's do_layer_norm_before: false, whose
+  // post-LN layers norm after the residual add and have no final norm).
+  bool pre_norm = true;
   int64_t bos_token_id = -1;            // -1 when absent
   int64_t eos_token_id = -1;            // first id when config gives a list; -1 when absent
   std::string hidden_act;               // "silu" (llama) or "gelu_new" (gpt2)

@@ -1,125 +1,236 @@
-// Tensor-name tables; see tensor_names.h.
+// Tensor tables; see tensor_names.h.
 #include "engine/model/tensor_names.h"
 
-#include "absl/strings/str_cat.h"
+#include <cstdlib>
+
+#include "engine/model/arch_traits.h"
 
 namespace manyshot {
-
-LlamaLayerNames LlamaLayer(int64_t layer) {
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
-  LlamaLayerNames n;
-  n.attn_norm = p + "input_layernorm.weight";
-  n.q = p + "self_attn.q_proj.weight";
-  n.k = p + "self_attn.k_proj.weight";
-  n.v = p + "self_attn.v_proj.weight";
-  n.o = p + "self_attn.o_proj.weight";
-  n.q_bias = p + "self_attn.q_proj.bias";
-  n.k_bias = p + "self_attn.k_proj.bias";
-  n.v_bias = p + "self_attn.v_proj.bias";
-  n.o_bias = p + "self_attn.o_proj.bias";
-  n.mlp_norm = p + "post_attention_layernorm.weight";
-  n.gate = p + "mlp.gate_proj.weight";
-  n.up = p + "mlp.up_proj.weight";
-  n.down = p + "mlp.down_proj.weight";
-  n.gate_bias = p + "mlp.gate_proj.bias";
-  n.up_bias = p + "mlp.up_proj.bias";
-  n.down_bias = p + "mlp.down_proj.bias";
-  return n;
-}
-
-Gpt2LayerNames Gpt2Layer(int64_t layer) {
-  const std::string p = absl::StrCat("h.", layer, ".");
-  Gpt2LayerNames n;
-  n.ln_1_weight = p + "ln_1.weight";
-  n.ln_1_bias = p + "ln_1.bias";
-  n.c_attn_weight = p + "attn.c_attn.weight";
-  n.c_attn_bias = p + "attn.c_attn.bias";
-  n.attn_proj_weight = p + "attn.c_proj.weight";
-  n.attn_proj_bias = p + "attn.c_proj.bias";
-  n.ln_2_weight = p + "ln_2.weight";
-  n.ln_2_bias = p + "ln_2.bias";
-  n.c_fc_weight = p + "mlp.c_fc.weight";
-  n.c_fc_bias = p + "mlp.c_fc.bias";
-  n.mlp_proj_weight = p + "mlp.c_proj.weight";
-  n.mlp_proj_bias = p + "mlp.c_proj.bias";
-  return n;
-}
-
 namespace {
 
-void AddLlama(const ModelConfig& c, std::vector<ExpectedTensor>& out) {
-  const int64_t h = c.hidden_size, v = c.vocab_size, i = c.intermediate_size;
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
-  out.push_back({std::string(kLlamaEmbed), {v, h}});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LlamaLayerNames n = LlamaLayer(l);
-    out.push_back({n.attn_norm, {h}});
-    out.push_back({n.q, {q_out, h}});
-    out.push_back({n.k, {kv_out, h}});
-    out.push_back({n.v, {kv_out, h}});
-    out.push_back({n.o, {h, q_out}});
-    if (c.attention_bias) {
-      out.push_back({n.q_bias, {q_out}});
-      out.push_back({n.k_bias, {kv_out}});
-      out.push_back({n.v_bias, {kv_out}});
-    }
-    if (c.attention_out_bias) out.push_back({n.o_bias, {h}});
-    out.push_back({n.mlp_norm, {h}});
-    out.push_back({n.gate, {i, h}});
-    out.push_back({n.up, {i, h}});
-    out.push_back({n.down, {h, i}});
-    if (c.mlp_bias) {
-      out.push_back({n.gate_bias, {i}});
-      out.push_back({n.up_bias, {i}});
-      out.push_back({n.down_bias, {h}});
-    }
+using R = TensorRole;
+constexpr TensorPart W = TensorPart::kWeight;
+constexpr TensorPart B = TensorPart::kBias;
+
+// Llama / Mistral / Qwen2 (modeling_llama.py).
+constexpr TensorNameRow kLlamaTable[] = {
+    {R::kTokenEmbd, W, "model.embed_tokens.weight"},
+    {R::kAttnNorm, W, "model.layers.{}.input_layernorm.weight"},
+    {R::kAttnQ, W, "model.layers.{}.self_attn.q_proj.weight"},
+    {R::kAttnK, W, "model.layers.{}.self_attn.k_proj.weight"},
+    {R::kAttnV, W, "model.layers.{}.self_attn.v_proj.weight"},
+    {R::kAttnOut, W, "model.layers.{}.self_attn.o_proj.weight"},
+    {R::kAttnQ, B, "model.layers.{}.self_attn.q_proj.bias"},
+    {R::kAttnK, B, "model.layers.{}.self_attn.k_proj.bias"},
+    {R::kAttnV, B, "model.layers.{}.self_attn.v_proj.bias"},
+    {R::kAttnOut, B, "model.layers.{}.self_attn.o_proj.bias"},
+    {R::kFfnNorm, W, "model.layers.{}.post_attention_layernorm.weight"},
+    {R::kFfnGate, W, "model.layers.{}.mlp.gate_proj.weight"},
+    {R::kFfnUp, W, "model.layers.{}.mlp.up_proj.weight"},
+    {R::kFfnDown, W, "model.layers.{}.mlp.down_proj.weight"},
+    {R::kFfnGate, B, "model.layers.{}.mlp.gate_proj.bias"},
+    {R::kFfnUp, B, "model.layers.{}.mlp.up_proj.bias"},
+    {R::kFfnDown, B, "model.layers.{}.mlp.down_proj.bias"},
+    {R::kOutputNorm, W, "model.norm.weight"},
+    {R::kOutput, W, "lm_head.weight"},
+};
+
+// GPT-2 (modeling_gpt2.py). Conv1D weights are stored [in, out]; c_attn's output is q | k | v.
+constexpr TensorNameRow kGpt2Table[] = {
+    {R::kTokenEmbd, W, "wte.weight"},
+    {R::kPosEmbd, W, "wpe.weight"},
+    {R::kAttnNorm, W, "h.{}.ln_1.weight"},
+    {R::kAttnNorm, B, "h.{}.ln_1.bias"},
+    {R::kAttnQkv, W, "h.{}.attn.c_attn.weight"},
+    {R::kAttnQkv, B, "h.{}.attn.c_attn.bias"},
+    {R::kAttnOut, W, "h.{}.attn.c_proj.weight"},
+    {R::kAttnOut, B, "h.{}.attn.c_proj.bias"},
+    {R::kFfnNorm, W, "h.{}.ln_2.weight"},
+    {R::kFfnNorm, B, "h.{}.ln_2.bias"},
+    {R::kFfnUp, W, "h.{}.mlp.c_fc.weight"},
+    {R::kFfnUp, B, "h.{}.mlp.c_fc.bias"},
+    {R::kFfnDown, W, "h.{}.mlp.c_proj.weight"},
+    {R::kFfnDown, B, "h.{}.mlp.c_proj.bias"},
+    {R::kOutputNorm, W, "ln_f.weight"},
+    {R::kOutputNorm, B, "ln_f.bias"},
+};
+
+// BLOOM (modeling_bloom.py). query_key_value's output units are per head [q_h | k_h | v_h].
+constexpr TensorNameRow kBloomTable[] = {
+    {R::kTokenEmbd, W, "word_embeddings.weight"},
+    {R::kTokenEmbdNorm, W, "word_embeddings_layernorm.weight"},
+    {R::kTokenEmbdNorm, B, "word_embeddings_layernorm.bias"},
+    {R::kAttnNorm, W, "h.{}.input_layernorm.weight"},
+    {R::kAttnNorm, B, "h.{}.input_layernorm.bias"},
+    {R::kAttnQkv, W, "h.{}.self_attention.query_key_value.weight"},
+    {R::kAttnQkv, B, "h.{}.self_attention.query_key_value.bias"},
+    {R::kAttnOut, W, "h.{}.self_attention.dense.weight"},
+    {R::kAttnOut, B, "h.{}.self_attention.dense.bias"},
+    {R::kFfnNorm, W, "h.{}.post_attention_layernorm.weight"},
+    {R::kFfnNorm, B, "h.{}.post_attention_layernorm.bias"},
+    {R::kFfnUp, W, "h.{}.mlp.dense_h_to_4h.weight"},
+    {R::kFfnUp, B, "h.{}.mlp.dense_h_to_4h.bias"},
+    {R::kFfnDown, W, "h.{}.mlp.dense_4h_to_h.weight"},
+    {R::kFfnDown, B, "h.{}.mlp.dense_4h_to_h.bias"},
+    {R::kOutputNorm, W, "ln_f.weight"},
+    {R::kOutputNorm, B, "ln_f.bias"},
+    {R::kOutput, W, "lm_head.weight"},
+};
+
+// OPT (modeling_opt.py), word_embed_proj_dim == hidden_size (no project_in/out). Each layer's
+// "final_layer_norm" is the norm of its MLP; the decoder's is the model's final norm (pre-LN only).
+constexpr TensorNameRow kOptTable[] = {
+    {R::kTokenEmbd, W, "decoder.embed_tokens.weight"},
+    {R::kPosEmbd, W, "decoder.embed_positions.weight"},
+    {R::kAttnNorm, W, "decoder.layers.{}.self_attn_layer_norm.weight"},
+    {R::kAttnNorm, B, "decoder.layers.{}.self_attn_layer_norm.bias"},
+    {R::kAttnQ, W, "decoder.layers.{}.self_attn.q_proj.weight"},
+    {R::kAttnQ, B, "decoder.layers.{}.self_attn.q_proj.bias"},
+    {R::kAttnK, W, "decoder.layers.{}.self_attn.k_proj.weight"},
+    {R::kAttnK, B, "decoder.layers.{}.self_attn.k_proj.bias"},
+    {R::kAttnV, W, "decoder.layers.{}.self_attn.v_proj.weight"},
+    {R::kAttnV, B, "decoder.layers.{}.self_attn.v_proj.bias"},
+    {R::kAttnOut, W, "decoder.layers.{}.self_attn.out_proj.weight"},
+    {R::kAttnOut, B, "decoder.layers.{}.self_attn.out_proj.bias"},
+    {R::kFfnNorm, W, "decoder.layers.{}.final_layer_norm.weight"},
+    {R::kFfnNorm, B, "decoder.layers.{}.final_layer_norm.bias"},
+    {R::kFfnUp, W, "decoder.layers.{}.fc1.weight"},
+    {R::kFfnUp, B, "decoder.layers.{}.fc1.bias"},
+    {R::kFfnDown, W, "decoder.layers.{}.fc2.weight"},
+    {R::kFfnDown, B, "decoder.layers.{}.fc2.bias"},
+    {R::kOutputNorm, W, "decoder.final_layer_norm.weight"},
+    {R::kOutputNorm, B, "decoder.final_layer_norm.bias"},
+    {R::kOutput, W, "lm_head.weight"},
+};
+
+bool PerLayer(const TensorNameRow& row) { return row.name.find("{}") != std::string_view::npos; }
+
+const TensorNameRow* FindRow(Architecture arch, TensorRole role, TensorPart part) {
+  for (const TensorNameRow& row : TensorTable(arch)) {
+    if (row.role == role && row.part == part) return &row;
   }
-  out.push_back({std::string(kLlamaFinalNorm), {h}});
-  if (!c.tie_word_embeddings) out.push_back({std::string(kLlamaLmHead), {v, h}});
+  return nullptr;
 }
 
-void AddGpt2(const ModelConfig& c, std::vector<ExpectedTensor>& out) {
-  const int64_t h = c.hidden_size, i = c.intermediate_size;
-  out.push_back({std::string(kGpt2Wte), {c.vocab_size, h}});
-  out.push_back({std::string(kGpt2Wpe), {c.max_position_embeddings, h}});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Gpt2LayerNames n = Gpt2Layer(l);
-    out.push_back({n.ln_1_weight, {h}});
-    out.push_back({n.ln_1_bias, {h}});
-    out.push_back({n.c_attn_weight, {h, 3 * h}});
-    out.push_back({n.c_attn_bias, {3 * h}});
-    out.push_back({n.attn_proj_weight, {h, h}});
-    out.push_back({n.attn_proj_bias, {h}});
-    out.push_back({n.ln_2_weight, {h}});
-    out.push_back({n.ln_2_bias, {h}});
-    out.push_back({n.c_fc_weight, {h, i}});
-    out.push_back({n.c_fc_bias, {i}});
-    out.push_back({n.mlp_proj_weight, {i, h}});
-    out.push_back({n.mlp_proj_bias, {h}});
-  }
-  out.push_back({std::string(kGpt2FinalNormWeight), {h}});
-  out.push_back({std::string(kGpt2FinalNormBias), {h}});
+bool IsNorm(TensorRole role) {
+  return role == R::kTokenEmbdNorm || role == R::kAttnNorm || role == R::kFfnNorm ||
+         role == R::kOutputNorm;
 }
 
 }  // namespace
 
-std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config) {
-  std::vector<ExpectedTensor> out;
-  if (config.architecture == Architecture::kGpt2) {
-    AddGpt2(config, out);
-  } else {
-    AddLlama(config, out);
+absl::Span<const TensorNameRow> TensorTable(Architecture arch) {
+  switch (arch) {
+    case Architecture::kLlama:
+      return kLlamaTable;
+    case Architecture::kGpt2:
+      return kGpt2Table;
+    case Architecture::kBloom:
+      return kBloomTable;
+    case Architecture::kOpt:
+      return kOptTable;
   }
+  std::abort();  // every enumerator is handled above (-Wswitch checks)
+}
+
+bool HasTensor(const ModelConfig& c, TensorRole role, TensorPart part) {
+  if (FindRow(c.architecture, role, part) == nullptr) return false;
+  if (role == R::kOutput && c.tie_word_embeddings) return false;
+  if (role == R::kOutputNorm && !c.pre_norm) return false;  // post-LN ends in a norm already
+  if (part == W) return true;
+  if (IsNorm(role)) return TraitsOf(c.architecture).norm == NormKind::kLayer;
+  switch (role) {
+    case R::kAttnQ:
+    case R::kAttnK:
+    case R::kAttnV:
+    case R::kAttnQkv:
+      return c.attention_bias;
+    case R::kAttnOut:
+      return c.attention_out_bias;
+    case R::kFfnGate:
+    case R::kFfnUp:
+    case R::kFfnDown:
+      return c.mlp_bias;
+    default:
+      return false;
+  }
+}
+
+std::string TensorName(Architecture arch, TensorRole role, TensorPart part, int64_t layer) {
+  const TensorNameRow* row = FindRow(arch, role, part);
+  if (row == nullptr) std::abort();  // a caller bug: HasTensor first
+  if (!PerLayer(*row)) return std::string(row->name);
+  std::string name(row->name);
+  return name.replace(name.find("{}"), 2, std::to_string(layer));
+}
+
+std::vector<int64_t> TensorShape(const ModelConfig& c, TensorRole role, TensorPart part) {
+  const ArchTraits& traits = TraitsOf(c.architecture);
+  const int64_t h = c.hidden_size, i = c.intermediate_size;
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  if (IsNorm(role)) return {h};
+  int64_t out = 0, in = h;
+  switch (role) {
+    case R::kTokenEmbd:
+    case R::kOutput:
+      return {c.vocab_size, h};
+    case R::kPosEmbd:
+      return {c.max_position_embeddings + traits.position_offset, h};
+    case R::kAttnQ:
+      out = q;
+      break;
+    case R::kAttnK:
+    case R::kAttnV:
+      out = kv;
+      break;
+    case R::kAttnQkv:
+      out = q + 2 * kv;
+      break;
+    case R::kAttnOut:
+      out = h;
+      in = q;
+      break;
+    case R::kFfnGate:
+    case R::kFfnUp:
+      out = i;
+      break;
+    case R::kFfnDown:
+      out = h;
+      in = i;
+      break;
+    default:
+      break;
+  }
+  if (part == B) return {out};
+  return traits.layout == WeightLayout::kOutIn ? std::vector<int64_t>{out, in}
+                                               : std::vector<int64_t>{in, out};
+}
+
+std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
+  const absl::Span<const TensorNameRow> table = TensorTable(c.architecture);
+  std::vector<ExpectedTensor> out;
+  auto add = [&](const TensorNameRow& row, int64_t layer) {
+    if (!HasTensor(c, row.role, row.part)) return;
+    out.push_back({TensorName(c.architecture, row.role, row.part, layer),
+                   TensorShape(c, row.role, row.part), row.role, row.part});
+  };
+  size_t r = 0;
+  for (; r < table.size() && !PerLayer(table[r]); ++r) add(table[r], 0);
+  const size_t layer_begin = r;
+  while (r < table.size() && PerLayer(table[r])) ++r;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (size_t k = layer_begin; k < r; ++k) add(table[k], l);
+  }
+  for (; r < table.size(); ++r) add(table[r], 0);
   return out;
 }
 
 const TensorInfo* FindModelTensor(const SafetensorsArchive& archive, Architecture arch,
                                   std::string_view name) {
   if (const TensorInfo* t = archive.Find(name)) return t;
-  if (arch == Architecture::kGpt2) {
-    return archive.Find(std::string("transformer.") + std::string(name));
-  }
-  return nullptr;
+  const std::string_view prefix = TraitsOf(arch).optional_prefix;
+  if (prefix.empty()) return nullptr;
+  return archive.Find(std::string(prefix) + std::string(name));
 }
 
 absl::Status ReadModelTensorF32(const SafetensorsArchive& archive, Architecture arch,

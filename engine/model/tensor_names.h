@@ -1,11 +1,12 @@
-// Per-architecture tables of checkpoint tensor names and shapes (after llama.cpp's tables): the
-// forward pass, the tiny-model writer and the tests all read names from here, so a new family is a
-// table, not a new code path.
+// Per-architecture tables of checkpoint tensors, keyed by role (after llama.cpp's llama-arch.cpp):
+// the tiny-model writer, the loader (Transformer::LoadWeights) and the tests all find names and
+// shapes here, and the forward pass reads weights by role, so a new family is a table, not a new
+// code path.
 //
-// Names are the Hugging Face ones. GPT-2 checkpoints come in two spellings: openai-community/gpt2's
-// model.safetensors has bare names ("h.0.attn.c_attn.weight"), while GPT2LMHeadModel state dicts
-// saved by transformers prefix them with "transformer.". The tables hold the bare names;
-// FindModelTensor accepts either spelling.
+// Names are the Hugging Face ones, without the architecture's optional prefix (ArchTraits::
+// optional_prefix): openai-community/gpt2's model.safetensors has bare names
+// ("h.0.attn.c_attn.weight") while GPT2LMHeadModel state dicts saved by transformers prefix them
+// with "transformer."; FindModelTensor accepts either spelling.
 #pragma once
 
 #include <cstdint>
@@ -13,49 +14,66 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 
 namespace manyshot {
 
-// Llama / Mistral / Qwen2. Bias names are always filled; whether they exist depends on the config.
-struct LlamaLayerNames {
-  std::string attn_norm;   // input_layernorm.weight [H]
-  std::string q, k, v, o;  // *_proj.weight [out, in]
-  std::string q_bias, k_bias, v_bias, o_bias;
-  std::string mlp_norm;  // post_attention_layernorm.weight [H]
-  std::string gate, up, down;
-  std::string gate_bias, up_bias, down_bias;
+// What a tensor is for, shared by every family.
+enum class TensorRole : uint8_t {
+  kTokenEmbd,      // [V, H]
+  kPosEmbd,        // learned positions [max_position_embeddings + position_offset, H]
+  kTokenEmbdNorm,  // a norm right after the embeddings (BLOOM)
+  kAttnNorm,       // before (pre-LN) or after (post-LN) attention
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnQkv,  // q, k and v in one tensor (ArchTraits::qkv says in which order)
+  kAttnOut,
+  kFfnNorm,
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
+  kOutputNorm,  // the final norm
+  kOutput,      // the lm head [V, H]; absent when tied to kTokenEmbd
 };
-LlamaLayerNames LlamaLayer(int64_t layer);
-inline constexpr std::string_view kLlamaEmbed = "model.embed_tokens.weight";
-inline constexpr std::string_view kLlamaFinalNorm = "model.norm.weight";
-inline constexpr std::string_view kLlamaLmHead = "lm_head.weight";
 
-// GPT-2. Conv1D weights are stored [in, out], i.e. y = x @ W + b.
-struct Gpt2LayerNames {
-  std::string ln_1_weight, ln_1_bias;
-  std::string c_attn_weight, c_attn_bias;        // [H, 3H]: q | k | v along the output dim
-  std::string attn_proj_weight, attn_proj_bias;  // attn.c_proj [H, H]
-  std::string ln_2_weight, ln_2_bias;
-  std::string c_fc_weight, c_fc_bias;          // [H, I]
-  std::string mlp_proj_weight, mlp_proj_bias;  // mlp.c_proj [I, H]
+enum class TensorPart : uint8_t { kWeight, kBias };
+
+// One row of an architecture's table. `name` holds "{}" where the layer index goes when the
+// tensor is per layer.
+struct TensorNameRow {
+  TensorRole role;
+  TensorPart part;
+  std::string_view name;
 };
-Gpt2LayerNames Gpt2Layer(int64_t layer);
-inline constexpr std::string_view kGpt2Wte = "wte.weight";
-inline constexpr std::string_view kGpt2Wpe = "wpe.weight";
-inline constexpr std::string_view kGpt2FinalNormWeight = "ln_f.weight";
-inline constexpr std::string_view kGpt2FinalNormBias = "ln_f.bias";
+
+// The table of `arch`, in checkpoint order (globals before the layers, per-layer tensors, globals
+// after). It lists every tensor the family may have; HasTensor says which a config has.
+absl::Span<const TensorNameRow> TensorTable(Architecture arch);
+
+// Whether a checkpoint of `config` holds the tensor (its table has the row and the config enables
+// it: biases, untied head, final norm of pre-LN models).
+bool HasTensor(const ModelConfig& config, TensorRole role, TensorPart part);
+
+// The tensor's name (layer ignored for global tensors). The role must be in the table.
+std::string TensorName(Architecture arch, TensorRole role, TensorPart part, int64_t layer = 0);
+
+// Its shape in the checkpoint: projection weights [out, in] or [in, out] per ArchTraits::layout.
+std::vector<int64_t> TensorShape(const ModelConfig& config, TensorRole role, TensorPart part);
 
 struct ExpectedTensor {
-  std::string name;  // canonical (bare) name
+  std::string name;  // canonical (without the optional prefix)
   std::vector<int64_t> shape;
+  TensorRole role = TensorRole::kTokenEmbd;
+  TensorPart part = TensorPart::kWeight;
 };
 
-// Every tensor a checkpoint of `config` must hold, in a fixed order (globals, then per layer).
+// Every tensor a checkpoint of `config` must hold, in table order (globals, then per layer).
 std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config);
 
-// Looks `name` up, also under the alternative spellings the architecture allows.
+// Looks `name` up, also under the alternative spelling the architecture allows.
 const TensorInfo* FindModelTensor(const SafetensorsArchive& archive, Architecture arch,
                                   std::string_view name);
 

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/arch_traits.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
 #include "nlohmann/json.hpp"
@@ -49,9 +50,11 @@ absl::Status Bad(absl::string_view what) {
 bool IsLlamaFamily(const std::string& f) { return f == "llama" || f == "mistral" || f == "qwen2"; }
 
 absl::Status ValidateSpec(const TinyModelSpec& s) {
-  if (!IsLlamaFamily(s.family) && s.family != "gpt2") {
-    return Bad(absl::StrCat("unknown family \"", s.family, "\" (gpt2, llama, mistral, qwen2)"));
+  if (!IsLlamaFamily(s.family) && s.family != "gpt2" && s.family != "bloom" && s.family != "opt") {
+    return Bad(absl::StrCat("unknown family \"", s.family,
+                            "\" (gpt2, llama, mistral, qwen2, bloom, opt)"));
   }
+  if (!s.pre_norm && s.family != "opt") return Bad("only opt has post-LN (pre_norm false) models");
   const int64_t kMaxDim = int64_t{1} << 20;
   for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", s.vocab_size},
                          {"hidden_size", s.hidden_size},
@@ -68,6 +71,14 @@ absl::Status ValidateSpec(const TinyModelSpec& s) {
     if (s.num_kv_heads != s.num_heads) return Bad("gpt2 needs num_kv_heads == num_heads");
     if (!s.tie_word_embeddings) return Bad("gpt2 always ties word embeddings");
     if (!s.attention_bias) return Bad("gpt2 always has attention biases");
+  } else if (s.family == "opt") {
+    if (s.num_kv_heads != s.num_heads) return Bad("opt needs num_kv_heads == num_heads");
+    if (!s.attention_bias) return Bad("opt always has attention biases");
+  } else if (s.family == "bloom") {
+    if (s.num_kv_heads != s.num_heads) return Bad("bloom needs num_kv_heads == num_heads");
+    if (s.intermediate_size != 4 * s.hidden_size)
+      return Bad("bloom needs intermediate_size 4*hidden");
+    if (!s.attention_bias) return Bad("bloom always has attention biases");
   } else {
     if ((s.hidden_size / s.num_heads) % 2 != 0) return Bad("head_dim must be even for RoPE");
     if (!(s.rope_theta > 0)) return Bad("rope_theta must be positive");
@@ -96,23 +107,22 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Chooses (mean, std) for a tensor from its role, which the name and rank tell.
+// Chooses (mean, std) for a tensor from its role.
 std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
-  const bool is_norm =
-      t.name.find("norm") != std::string::npos || t.name.find("ln_") != std::string::npos;
-  if (t.shape.size() == 1) {
-    if (is_norm && EndsWith(t.name, ".weight")) return {1.0, 0.1};
-    return {0.0, 0.1};  // biases, including LayerNorm's
-  }
+  const bool is_norm = t.role == TensorRole::kTokenEmbdNorm || t.role == TensorRole::kAttnNorm ||
+                       t.role == TensorRole::kFfnNorm || t.role == TensorRole::kOutputNorm;
+  if (t.part == TensorPart::kBias) return {0.0, 0.1};  // including LayerNorm's
+  if (is_norm) return {1.0, 0.1};
   const double emb = 2.0 / std::sqrt(static_cast<double>(c.hidden_size));
-  if (t.name == kLlamaEmbed || t.name == kLlamaLmHead || t.name == kGpt2Wte || t.name == kGpt2Wpe) {
+  if (t.role == TensorRole::kTokenEmbd || t.role == TensorRole::kPosEmbd ||
+      t.role == TensorRole::kOutput) {
     return {0.0, emb};
   }
-  // HF Linear weights are [out, in]; GPT-2 Conv1D weights are [in, out].
-  const int64_t fan_in = c.architecture == Architecture::kGpt2 ? t.shape[0] : t.shape[1];
+  const bool in_out = TraitsOf(c.architecture).layout == WeightLayout::kInOut;
+  const int64_t fan_in = in_out ? t.shape[0] : t.shape[1];
   double sd = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  if (t.name.find("q_proj") != std::string::npos || t.name.find("k_proj") != std::string::npos ||
-      t.name.find("c_attn") != std::string::npos) {
+  if (t.role == TensorRole::kAttnQ || t.role == TensorRole::kAttnK ||
+      t.role == TensorRole::kAttnQkv) {
     sd *= 1.5;
   }
   return {0.0, sd};
@@ -168,6 +178,23 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
     c.rope_theta = 0;
     c.bos_token_id = 50256;
     c.eos_token_id = 50256;
+  } else if (spec.family == "opt") {
+    c.architecture = Architecture::kOpt;
+    c.norm_eps = 1e-5f;
+    c.hidden_act = "relu";
+    c.attention_bias = c.attention_out_bias = c.mlp_bias = true;
+    c.rope_theta = 0;
+    c.pre_norm = spec.pre_norm;
+    c.bos_token_id = 2;  // OPT's tokenizer: </s> 2 is both
+    c.eos_token_id = 2;
+  } else if (spec.family == "bloom") {
+    c.architecture = Architecture::kBloom;
+    c.norm_eps = 1e-5f;
+    c.hidden_act = "bloom_gelu";
+    c.attention_bias = c.attention_out_bias = c.mlp_bias = true;
+    c.rope_theta = 0;
+    c.bos_token_id = 1;  // BLOOM's tokenizer: <s> 1, </s> 2
+    c.eos_token_id = 2;
   } else {
     c.architecture = Architecture::kLlama;
     c.norm_eps = 1e-5f;
@@ -243,6 +270,7 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::pa
   js["shards"] = spec.shards;
   js["seed"] = spec.seed;
   js["rope_theta"] = spec.rope_theta;
+  js["pre_norm"] = spec.pre_norm;
   marker["spec"] = js;
   st = WriteText(out_dir / "manyshot_tiny_model.json", marker.dump(2) + "\n");
   if (!st.ok()) return st;

@@ -17,7 +17,7 @@
 namespace manyshot {
 
 struct TinyModelSpec {
-  std::string family;  // "gpt2", "llama", "mistral", "qwen2"
+  std::string family;  // "gpt2", "llama", "mistral", "qwen2", "bloom", "opt"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -26,11 +26,13 @@ struct TinyModelSpec {
   int64_t num_kv_heads = 0;
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;  // must be true for gpt2
-  bool attention_bias = false;       // gpt2 and qwen2: must be true; mistral: must be false
+  // gpt2, qwen2, bloom and opt: must be true; mistral: must be false
+  bool attention_bias = false;
   DType dtype = DType::kF32;
   int shards = 1;
   uint64_t seed = 0;
   float rope_theta = 10000;
+  bool pre_norm = true;  // false (post-LN, OPT's do_layer_norm_before: false): opt only
 };
 
 // The config.json contents the spec implies (validated: the same checks as ParseModelConfig).

@@ -5,6 +5,17 @@
 namespace manyshot {
 namespace {
 
+// The context keys' position ids (kI32) on the model's backend.
+absl::Status SetPositions(const Transformer& model, const std::vector<int32_t>& positions,
+                          EncodedContext& ctx) {
+  auto t = model.backend().Allocate(DType::kI32,
+                                    {std::max<int64_t>(static_cast<int64_t>(positions.size()), 1)});
+  if (!t.ok()) return t.status();
+  ctx.kv.positions = t->Rows(0, static_cast<int64_t>(positions.size()));
+  model.backend().CopyFromHost(positions.data(), ctx.kv.positions);
+  return absl::OkStatus();
+}
+
 // Allocates the context tensors for `tokens` rows, in the model's KV dtype, on its backend.
 absl::StatusOr<EncodedContext> AllocateContext(const Transformer& model, int64_t tokens) {
   const ModelConfig& c = model.config();
@@ -39,6 +50,7 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
   ctx.groups = M;
   ctx.group_length = layout.group_length;
   int64_t written = 0;
+  std::vector<int32_t> context_positions;  // of the non-bos rows, in context order
   for (int64_t g0 = 0; g0 < M; g0 += groups_per_pass) {
     const int64_t g1 = std::min(M, g0 + groups_per_pass);
     std::vector<std::vector<int32_t>> tokens(g1 - g0), positions(g1 - g0);
@@ -66,6 +78,8 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
     for (int64_t g = g0; g < g1; ++g) {
       const KvCache& cache = caches[g - g0];
       const int64_t n = cache.length() - 1;
+      const auto& p = positions[g - g0];
+      context_positions.insert(context_positions.end(), p.begin() + 1, p.end());
       for (int64_t l = 0; l < cache.layers(); ++l) {
         model.backend().Convert(cache.k(l).Rows(1, n + 1), ctx.kv.k[l].Rows(written, written + n));
         model.backend().Convert(cache.v(l).Rows(1, n + 1), ctx.kv.v[l].Rows(written, written + n));
@@ -77,6 +91,10 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
     if (!status.ok()) return status;
     if (progress) progress(g1, M, written);
   }
+  auto status = SetPositions(model, context_positions, ctx);
+  if (!status.ok()) return status;
+  status = model.backend().Synchronize();
+  if (!status.ok()) return status;
   return allocated;
 }
 
@@ -100,7 +118,9 @@ absl::StatusOr<EncodedContext> EncodeWindow(const Transformer& model,
     model.backend().Convert(cache.k(l).Rows(0, n), ctx.kv.k[l].Rows(0, n));
     model.backend().Convert(cache.v(l).Rows(0, n), ctx.kv.v[l].Rows(0, n));
   }
-  auto status = model.backend().Synchronize();
+  auto status = SetPositions(model, positions, ctx);
+  if (!status.ok()) return status;
+  status = model.backend().Synchronize();
   if (!status.ok()) return status;
   return allocated;
 }

@@ -1,9 +1,12 @@
 #include "engine/transformer/transformer.h"
 
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/stable_hash.h"
+#include "engine/model/arch_traits.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
 
@@ -14,7 +17,7 @@ struct Transformer::Layer {
   Tensor qkv_w, qkv_b;  // fused q | k | v
   Tensor o_w, o_b;
   Tensor mlp_norm_w, mlp_norm_b;
-  Tensor up_w, up_b;  // Llama: fused gate | up [2I, H]; GPT-2: c_fc [H, I]
+  Tensor up_w, up_b;  // gated (SwiGLU): fused gate | up; else the up projection alone
   Tensor down_w, down_b;
 };
 
@@ -86,6 +89,29 @@ class WeightReader {
         col += width;
       }
     }
+    return Upload(host, shape);
+  }
+
+  // A tensor whose rows (dim 0) are reordered: row i of the result is row order[i] of the
+  // checkpoint's (BLOOM's per-head q|k|v units into q | k | v).
+  absl::StatusOr<Tensor> ReadPermutedRows(std::string_view name, std::vector<int64_t> shape,
+                                          const std::vector<int64_t>& order) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> stored(numel), host(numel);
+    auto status = ReadModelTensorF32(archive_, arch_, name, shape, stored.data());
+    if (!status.ok()) return status;
+    const int64_t width = numel / shape[0];
+    for (int64_t i = 0; i < shape[0]; ++i) {
+      std::copy(stored.begin() + order[i] * width, stored.begin() + (order[i] + 1) * width,
+                host.begin() + i * width);
+    }
+    return Upload(host, shape);
+  }
+
+ private:
+  // Host f32 values to a backend tensor in the compute dtype.
+  absl::StatusOr<Tensor> Upload(const std::vector<float>& host, const std::vector<int64_t>& shape) {
     const DType dtype = shape.size() == 2 ? matrix_dtype_ : dtype_;
     auto t = backend_.Allocate(dtype, shape);
     if (!t.ok()) return t.status();
@@ -103,7 +129,6 @@ class WeightReader {
     return t;
   }
 
- private:
   const SafetensorsArchive& archive_;
   Architecture arch_;
   Backend& backend_;
@@ -116,6 +141,12 @@ class WeightReader {
     auto manyshot_result = (expr);                              \
     if (!manyshot_result.ok()) return manyshot_result.status(); \
     lhs = *std::move(manyshot_result);                          \
+  } while (0)
+
+#define MANYSHOT_RETURN_IF_ERROR(expr)                 \
+  do {                                                 \
+    absl::Status manyshot_status = (expr);             \
+    if (!manyshot_status.ok()) return manyshot_status; \
   } while (0)
 
 }  // namespace
@@ -157,6 +188,7 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   if (!archive_or.ok()) return archive_or.status();
   const SafetensorsArchive& archive = *archive_or;
   const ModelConfig& c = config_;
+  const ArchTraits& traits = TraitsOf(c.architecture);
   StableHash config_hash;
   config_hash.Update(ModelConfigToJson(c));
   fingerprint_ = absl::StrCat(archive.fingerprint(), "-", config_hash.Hex());
@@ -165,86 +197,124 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
     absl::StrAppend(&fingerprint_, "-w", std::string(DTypeName(weight_dtype_)));
   }
   WeightReader reader(archive, c.architecture, *backend_, compute_dtype_, weight_dtype_);
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t q_out = c.num_heads * D, kv_out = c.num_kv_heads * D;
-  if (c.architecture == Architecture::kLlama) {
-    if (const TensorInfo* e = FindModelTensor(archive, c.architecture, kLlamaEmbed)) {
-      stored_dtype_ = e->dtype;
+  // One tensor of the table into `out`; `out` stays undefined when the config has no such tensor.
+  auto read = [&](TensorRole role, TensorPart part, int64_t layer, Tensor& out) -> absl::Status {
+    if (!HasTensor(c, role, part)) return absl::OkStatus();
+    MANYSHOT_ASSIGN(out, reader.Read(TensorName(c.architecture, role, part, layer),
+                                     TensorShape(c, role, part)));
+    return absl::OkStatus();
+  };
+  // Several roles concatenated along the output dimension, for one GEMM (q | k | v, gate | up).
+  auto fuse = [&](std::initializer_list<TensorRole> roles, TensorPart part, int64_t layer,
+                  Tensor& out) -> absl::Status {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> parts;
+    for (TensorRole role : roles) {
+      if (!HasTensor(c, role, part)) return absl::OkStatus();
+      parts.push_back({TensorName(c.architecture, role, part, layer), TensorShape(c, role, part)});
     }
-    MANYSHOT_ASSIGN(embed_, reader.Read(kLlamaEmbed, {V, H}));
-    MANYSHOT_ASSIGN(final_norm_w_, reader.Read(kLlamaFinalNorm, {H}));
-    if (c.tie_word_embeddings || !reader.Has(kLlamaLmHead)) {
-      if (!c.tie_word_embeddings) {
-        return absl::NotFoundError(absl::StrCat(model_dir.string(), ": tensor ",
-                                                std::string(kLlamaLmHead),
-                                                " is missing and tie_word_embeddings is false"));
+    const bool rows = part == TensorPart::kBias || traits.layout == WeightLayout::kOutIn;
+    MANYSHOT_ASSIGN(out, reader.Fuse(parts, rows));
+    return absl::OkStatus();
+  };
+  using R = TensorRole;
+  constexpr TensorPart W = TensorPart::kWeight, B = TensorPart::kBias;
+  // kFusedPerHead: output unit (h, j, d) of the checkpoint (j = q, k, v) becomes unit (j, h, d).
+  std::vector<int64_t> qkv_order;
+  if (traits.qkv == QkvLayout::kFusedPerHead) {
+    for (int64_t j = 0; j < 3; ++j) {
+      for (int64_t h = 0; h < c.num_heads; ++h) {
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          qkv_order.push_back((h * 3 + j) * c.head_dim + d);
+        }
       }
-      lm_head_ = embed_;
-    } else {
-      MANYSHOT_ASSIGN(lm_head_, reader.Read(kLlamaLmHead, {V, H}));
     }
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      auto layer = std::make_unique<Layer>();
-      LlamaLayerNames n = LlamaLayer(l);
-      MANYSHOT_ASSIGN(layer->attn_norm_w, reader.Read(n.attn_norm, {H}));
-      MANYSHOT_ASSIGN(layer->mlp_norm_w, reader.Read(n.mlp_norm, {H}));
-      MANYSHOT_ASSIGN(
-          layer->qkv_w,
-          reader.Fuse({{n.q, {q_out, H}}, {n.k, {kv_out, H}}, {n.v, {kv_out, H}}}, true));
-      if (c.attention_bias) {
-        MANYSHOT_ASSIGN(
-            layer->qkv_b,
-            reader.Fuse({{n.q_bias, {q_out}}, {n.k_bias, {kv_out}}, {n.v_bias, {kv_out}}}, true));
-      }
-      MANYSHOT_ASSIGN(layer->o_w, reader.Read(n.o, {H, q_out}));
-      if (c.attention_out_bias) MANYSHOT_ASSIGN(layer->o_b, reader.Read(n.o_bias, {H}));
-      MANYSHOT_ASSIGN(layer->up_w, reader.Fuse({{n.gate, {I, H}}, {n.up, {I, H}}}, true));
-      if (c.mlp_bias) {
-        MANYSHOT_ASSIGN(layer->up_b, reader.Fuse({{n.gate_bias, {I}}, {n.up_bias, {I}}}, true));
-        MANYSHOT_ASSIGN(layer->down_b, reader.Read(n.down_bias, {H}));
-      }
-      MANYSHOT_ASSIGN(layer->down_w, reader.Read(n.down, {H, I}));
-      layers_.push_back(std::move(layer));
-    }
-  } else {
-    if (const TensorInfo* e = FindModelTensor(archive, c.architecture, kGpt2Wte)) {
-      stored_dtype_ = e->dtype;
-    }
-    MANYSHOT_ASSIGN(embed_, reader.Read(kGpt2Wte, {V, H}));
-    MANYSHOT_ASSIGN(positions_, reader.Read(kGpt2Wpe, {c.max_position_embeddings, H}));
-    MANYSHOT_ASSIGN(final_norm_w_, reader.Read(kGpt2FinalNormWeight, {H}));
-    MANYSHOT_ASSIGN(final_norm_b_, reader.Read(kGpt2FinalNormBias, {H}));
+  }
+  if (traits.position == PositionKind::kAlibi) {
+    const std::vector<float> slopes = AlibiSlopes(c.num_heads);
+    MANYSHOT_ASSIGN(alibi_slopes_, backend_->Allocate(DType::kF32, {c.num_heads}));
+    backend_->CopyFromHost(slopes.data(), alibi_slopes_);
+  }
+  const std::string embed_name = TensorName(c.architecture, R::kTokenEmbd, W);
+  if (const TensorInfo* e = FindModelTensor(archive, c.architecture, embed_name)) {
+    stored_dtype_ = e->dtype;
+  }
+  MANYSHOT_RETURN_IF_ERROR(read(R::kTokenEmbd, W, 0, embed_));
+  if (traits.position == PositionKind::kLearned) {
+    Tensor table;
+    MANYSHOT_RETURN_IF_ERROR(read(R::kPosEmbd, W, 0, table));
+    // Row position_offset of the checkpoint's table is position 0.
+    positions_ =
+        table.Rows(traits.position_offset, traits.position_offset + c.max_position_embeddings);
+  }
+  if (traits.embedding_norm) {
+    MANYSHOT_RETURN_IF_ERROR(read(R::kTokenEmbdNorm, W, 0, embed_norm_w_));
+    MANYSHOT_RETURN_IF_ERROR(read(R::kTokenEmbdNorm, B, 0, embed_norm_b_));
+  }
+  MANYSHOT_RETURN_IF_ERROR(read(R::kOutputNorm, W, 0, final_norm_w_));
+  MANYSHOT_RETURN_IF_ERROR(read(R::kOutputNorm, B, 0, final_norm_b_));
+  if (c.tie_word_embeddings) {
     lm_head_ = embed_;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      auto layer = std::make_unique<Layer>();
-      Gpt2LayerNames n = Gpt2Layer(l);
-      MANYSHOT_ASSIGN(layer->attn_norm_w, reader.Read(n.ln_1_weight, {H}));
-      MANYSHOT_ASSIGN(layer->attn_norm_b, reader.Read(n.ln_1_bias, {H}));
-      MANYSHOT_ASSIGN(layer->qkv_w, reader.Read(n.c_attn_weight, {H, 3 * H}));
-      MANYSHOT_ASSIGN(layer->qkv_b, reader.Read(n.c_attn_bias, {3 * H}));
-      MANYSHOT_ASSIGN(layer->o_w, reader.Read(n.attn_proj_weight, {H, H}));
-      MANYSHOT_ASSIGN(layer->o_b, reader.Read(n.attn_proj_bias, {H}));
-      MANYSHOT_ASSIGN(layer->mlp_norm_w, reader.Read(n.ln_2_weight, {H}));
-      MANYSHOT_ASSIGN(layer->mlp_norm_b, reader.Read(n.ln_2_bias, {H}));
-      MANYSHOT_ASSIGN(layer->up_w, reader.Read(n.c_fc_weight, {H, I}));
-      MANYSHOT_ASSIGN(layer->up_b, reader.Read(n.c_fc_bias, {I}));
-      MANYSHOT_ASSIGN(layer->down_w, reader.Read(n.mlp_proj_weight, {I, H}));
-      MANYSHOT_ASSIGN(layer->down_b, reader.Read(n.mlp_proj_bias, {H}));
-      layers_.push_back(std::move(layer));
+  } else {
+    const std::string head = TensorName(c.architecture, R::kOutput, W);
+    if (FindModelTensor(archive, c.architecture, head) == nullptr) {
+      return absl::NotFoundError(absl::StrCat(model_dir.string(), ": tensor ", head,
+                                              " is missing and tie_word_embeddings is false"));
     }
+    MANYSHOT_RETURN_IF_ERROR(read(R::kOutput, W, 0, lm_head_));
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    auto layer = std::make_unique<Layer>();
+    Layer& w = *layer;
+    MANYSHOT_RETURN_IF_ERROR(read(R::kAttnNorm, W, l, w.attn_norm_w));
+    MANYSHOT_RETURN_IF_ERROR(read(R::kAttnNorm, B, l, w.attn_norm_b));
+    switch (traits.qkv) {
+      case QkvLayout::kSeparate:
+        MANYSHOT_RETURN_IF_ERROR(fuse({R::kAttnQ, R::kAttnK, R::kAttnV}, W, l, w.qkv_w));
+        MANYSHOT_RETURN_IF_ERROR(fuse({R::kAttnQ, R::kAttnK, R::kAttnV}, B, l, w.qkv_b));
+        break;
+      case QkvLayout::kFused:
+        MANYSHOT_RETURN_IF_ERROR(read(R::kAttnQkv, W, l, w.qkv_w));
+        MANYSHOT_RETURN_IF_ERROR(read(R::kAttnQkv, B, l, w.qkv_b));
+        break;
+      case QkvLayout::kFusedPerHead:
+        for (TensorPart part : {W, B}) {
+          if (!HasTensor(c, R::kAttnQkv, part)) continue;
+          Tensor& out = part == W ? w.qkv_w : w.qkv_b;
+          MANYSHOT_ASSIGN(out,
+                          reader.ReadPermutedRows(TensorName(c.architecture, R::kAttnQkv, part, l),
+                                                  TensorShape(c, R::kAttnQkv, part), qkv_order));
+        }
+        break;
+    }
+    MANYSHOT_RETURN_IF_ERROR(read(R::kAttnOut, W, l, w.o_w));
+    MANYSHOT_RETURN_IF_ERROR(read(R::kAttnOut, B, l, w.o_b));
+    MANYSHOT_RETURN_IF_ERROR(read(R::kFfnNorm, W, l, w.mlp_norm_w));
+    MANYSHOT_RETURN_IF_ERROR(read(R::kFfnNorm, B, l, w.mlp_norm_b));
+    if (traits.activation == Activation::kSwiGlu) {
+      MANYSHOT_RETURN_IF_ERROR(fuse({R::kFfnGate, R::kFfnUp}, W, l, w.up_w));
+      MANYSHOT_RETURN_IF_ERROR(fuse({R::kFfnGate, R::kFfnUp}, B, l, w.up_b));
+    } else {
+      MANYSHOT_RETURN_IF_ERROR(read(R::kFfnUp, W, l, w.up_w));
+      MANYSHOT_RETURN_IF_ERROR(read(R::kFfnUp, B, l, w.up_b));
+    }
+    MANYSHOT_RETURN_IF_ERROR(read(R::kFfnDown, W, l, w.down_w));
+    MANYSHOT_RETURN_IF_ERROR(read(R::kFfnDown, B, l, w.down_b));
+    layers_.push_back(std::move(layer));
   }
   return absl::OkStatus();
 }
 
 KvCache Transformer::NewCache(int64_t capacity) const {
   return KvCache(*backend_, config_.num_layers, config_.num_kv_heads, config_.head_dim,
-                 std::max<int64_t>(1, capacity), kv_dtype_);
+                 std::max<int64_t>(1, capacity), kv_dtype_, alibi_slopes_.defined());
 }
 
 absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSequence> sequences,
                                                    const ContextKv* context) const {
   const ModelConfig& c = config_;
-  const bool llama = c.architecture == Architecture::kLlama;
+  const ArchTraits& traits = TraitsOf(c.architecture);
+  const bool gated = traits.activation == Activation::kSwiGlu;
+  const bool learned_positions = traits.position == PositionKind::kLearned;
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads;
 
@@ -267,7 +337,8 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
             absl::StrCat("sequence ", s, " token ", i, ": id ", seq.tokens[i],
                          " is outside the vocabulary [0, ", c.vocab_size, ")"));
       }
-      if (seq.positions[i] < 0 || (!llama && seq.positions[i] >= c.max_position_embeddings)) {
+      if (seq.positions[i] < 0 ||
+          (learned_positions && seq.positions[i] >= c.max_position_embeddings)) {
         return absl::InvalidArgumentError(
             absl::StrCat("sequence ", s, " token ", i, ": position ", seq.positions[i],
                          " is outside [0, ", c.max_position_embeddings, ") for this model"));
@@ -306,36 +377,62 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
                                {&k, dt, {T, kv_heads, D}},
                                {&v, dt, {T, kv_heads, D}},
                                {&attn, dt, {T, heads, D}},
-                               {&up, dt, {T, llama ? 2 * I : I}},
+                               {&up, dt, {T, gated ? 2 * I : I}},
                                {&id_t, DType::kI32, {T}},
                                {&pos_t, DType::kI32, {T}}};
-  if (llama) shapes.push_back({&act, dt, {T, I}});
+  if (gated) shapes.push_back({&act, dt, {T, I}});
   for (auto& [t, dtype, shape] : shapes) {
     auto allocated = b.Allocate(dtype, shape);
     if (!allocated.ok()) return allocated.status();
     *t = *std::move(allocated);
   }
-  if (!llama) act = up;
+  if (!gated) act = up;  // the activation runs in place
   // Index arguments go to the device once per pass.
   b.CopyFromHost(ids.data(), id_t);
   b.CopyFromHost(positions.data(), pos_t);
-  const WeightLayout layout = llama ? WeightLayout::kOutIn : WeightLayout::kInOut;
+  const WeightLayout layout = traits.layout;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto norm = [&](const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+    if (traits.norm == NormKind::kRms) {
+      b.RmsNorm(in, weight, c.norm_eps, out);
+    } else {
+      b.LayerNorm(in, weight, bias, c.norm_eps, out);
+    }
+  };
+  // Post-LN: the residual sum x is normed into h, which becomes the new x.
+  auto post_norm = [&](const Tensor& weight, const Tensor& bias) {
+    if (c.pre_norm) return;
+    norm(x, weight, bias, h);
+    std::swap(x, h);
+  };
 
   b.Embedding(id_t, embed_, x, /*accumulate=*/false);
-  if (!llama) b.Embedding(pos_t, positions_, x, /*accumulate=*/true);
+  if (learned_positions) b.Embedding(pos_t, positions_, x, /*accumulate=*/true);
+  if (traits.embedding_norm) {
+    norm(x, embed_norm_w_, embed_norm_b_, h);
+    std::swap(x, h);
+  }
+
+  const bool alibi = alibi_slopes_.defined();
+  if (alibi && context != nullptr && context->len > 0 && !context->positions.defined()) {
+    return absl::FailedPreconditionError(
+        "this model uses ALiBi, which needs the context keys' position ids, and the context has "
+        "none (re-encode it)");
+  }
+  if (alibi) {  // the new keys' positions, read by every layer's attention
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      const int64_t n = static_cast<int64_t>(sequences[s].tokens.size());
+      sequences[s].cache->WritePositions(pos_t.Rows(begins[s], begins[s] + n));
+    }
+  }
 
   std::vector<AttentionSequence> attn_seqs(sequences.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& w = *layers_[l];
-    if (llama) {
-      b.RmsNorm(x, w.attn_norm_w, c.norm_eps, h);
-    } else {
-      b.LayerNorm(x, w.attn_norm_w, w.attn_norm_b, c.norm_eps, h);
-    }
-    b.Linear(h, w.qkv_w, layout, w.qkv_b, qkv);
+    if (c.pre_norm) norm(x, w.attn_norm_w, w.attn_norm_b, h);
+    b.Linear(c.pre_norm ? h : x, w.qkv_w, layout, w.qkv_b, qkv);
     b.SplitQkv(qkv, q, k, v);
-    if (llama) {
+    if (traits.position == PositionKind::kRotary) {
       b.Rope(q, pos_t, c.rope_theta);
       b.Rope(k, pos_t, c.rope_theta);
     }
@@ -353,6 +450,10 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
       a.own_log_weight = seq.own_log_weight;
       a.weighted_from = seq.weighted_from;
       a.context_from = seq.context_from;
+      if (alibi) {
+        a.alibi_slopes = &alibi_slopes_;
+        a.positions = &seq.cache->positions();
+      }
     }
     AttentionContext ctx;
     if (context != nullptr) {
@@ -360,21 +461,28 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
       ctx.v = &context->v[l];
       ctx.len = context->len;
       ctx.log_weight = context->log_weight;
+      if (context->positions.defined()) ctx.positions = &context->positions;
     }
     b.Attention(q, attn_seqs, context ? &ctx : nullptr, scale, attn, Tensor());
     b.Linear(attn.Reshape({T, heads * D}), w.o_w, layout, w.o_b, h);
     b.Add(x, h);
-    if (llama) {
-      b.RmsNorm(x, w.mlp_norm_w, c.norm_eps, h);
-      b.Linear(h, w.up_w, layout, w.up_b, up);
-      b.SwiGlu(up, act);
-    } else {
-      b.LayerNorm(x, w.mlp_norm_w, w.mlp_norm_b, c.norm_eps, h);
-      b.Linear(h, w.up_w, layout, w.up_b, up);
-      b.GeluTanh(up);
+    post_norm(w.attn_norm_w, w.attn_norm_b);
+    if (c.pre_norm) norm(x, w.mlp_norm_w, w.mlp_norm_b, h);
+    b.Linear(c.pre_norm ? h : x, w.up_w, layout, w.up_b, up);
+    switch (traits.activation) {
+      case Activation::kSwiGlu:
+        b.SwiGlu(up, act);
+        break;
+      case Activation::kGeluTanh:
+        b.GeluTanh(up);
+        break;
+      case Activation::kRelu:
+        b.Relu(up);
+        break;
     }
     b.Linear(act, w.down_w, layout, w.down_b, h);
     b.Add(x, h);
+    post_norm(w.mlp_norm_w, w.mlp_norm_b);
   }
   for (const ForwardSequence& seq : sequences) {
     seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
@@ -398,10 +506,10 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   }
   b.CopyFromHost(logit_rows.data(), rows_t);
   b.GatherRows(x, rows_t, picked);
-  if (llama) {
-    b.RmsNorm(picked, final_norm_w_, c.norm_eps, normed);
-  } else {
-    b.LayerNorm(picked, final_norm_w_, final_norm_b_, c.norm_eps, normed);
+  if (final_norm_w_.defined()) {
+    norm(picked, final_norm_w_, final_norm_b_, normed);
+  } else {  // post-LN: the last layer's output is normed already
+    normed = picked;
   }
   b.Linear(normed, lm_head_, WeightLayout::kOutIn, Tensor(), logits);
   result.logits.resize(static_cast<size_t>(R * c.vocab_size));

@@ -1,6 +1,6 @@
-// A decoder-only transformer (Llama family or GPT-2) on a Backend: loads a Hugging Face model
-// directory and runs prefill / incremental decode for a batch of variable-length sequences, each
-// token with an explicit position id, optionally attending to a shared context (structured
+// A decoder-only transformer of any family ArchTraits describes on a Backend: loads a Hugging Face
+// model directory and runs prefill / incremental decode for a batch of variable-length sequences,
+// each token with an explicit position id, optionally attending to a shared context (structured
 // prompting's encoded demonstrations). Logits are computed only for the rows asked for.
 #pragma once
 
@@ -38,6 +38,9 @@ struct ContextKv {
   std::vector<Tensor> k, v;
   int64_t len = 0;
   float log_weight = 0.0f;
+  // kI32 [len]: the keys' position ids. ALiBi models need them (Forward refuses a context without
+  // them); the encoders (engine/prompting/context_encoder.h) always fill them.
+  Tensor positions;
 };
 
 // Dtypes of a loaded model: weights and activations in `compute` (f32 accumulation always), own
@@ -79,7 +82,7 @@ class Transformer {
   DType kv_dtype() const { return kv_dtype_; }
   // Matrix weights (TransformerOptions::weights).
   DType weight_dtype() const { return weight_dtype_; }
-  // Largest position id the model accepts (learned positions) or a practical bound (RoPE).
+  // Largest position id the model accepts (learned positions) or a practical bound (RoPE, ALiBi).
   int64_t max_position() const { return config_.max_position_embeddings; }
 
   // An empty cache in the KV dtype; `capacity` rows are allocated by the first forward pass.
@@ -104,10 +107,12 @@ class Transformer {
   DType kv_dtype_ = DType::kF32;
   DType weight_dtype_ = DType::kF32;
   std::vector<std::unique_ptr<Layer>> layers_;
-  Tensor embed_;      // [V, H]
-  Tensor positions_;  // GPT-2 wpe [P, H]
-  Tensor final_norm_w_, final_norm_b_;
-  Tensor lm_head_;  // [V, H] (== embed_ when tied)
+  Tensor embed_;                        // [V, H]
+  Tensor positions_;                    // learned positions [P, H], row = position id
+  Tensor embed_norm_w_, embed_norm_b_;  // ArchTraits::embedding_norm
+  Tensor final_norm_w_, final_norm_b_;  // undefined for post-LN models
+  Tensor lm_head_;                      // [V, H] (== embed_ when tied)
+  Tensor alibi_slopes_;                 // f32 [heads] for ALiBi models, else undefined
 };
 
 }  // namespace manyshot

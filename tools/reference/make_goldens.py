@@ -48,11 +48,40 @@ MODELS = [
          num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=2048,
          tie_word_embeddings=True, attention_bias=True, dtype="f32", shards=1, seed=5,
          rope_theta=10000.0),
+    # BLOOM: 4 heads (slopes from one power of two) tied; 6 heads (the extra odd-power slopes),
+    # untied, bf16, sharded.
+    dict(name="bloom", family="bloom", vocab_size=32000, hidden_size=64, intermediate_size=256,
+         num_layers=2, num_heads=4, num_kv_heads=4, max_position_embeddings=2048,
+         tie_word_embeddings=True, attention_bias=True, dtype="f32", shards=1, seed=6,
+         rope_theta=10000.0),
+    dict(name="bloom_heads6", family="bloom", vocab_size=32000, hidden_size=48,
+         intermediate_size=192, num_layers=3, num_heads=6, num_kv_heads=6,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
+         dtype="bf16", shards=2, seed=7, rope_theta=10000.0),
+    # OPT: pre-LN tied (every released size but 350m), and post-LN (do_layer_norm_before: false)
+    # untied, f16, sharded.
+    dict(name="opt", family="opt", vocab_size=50272, hidden_size=64, intermediate_size=256,
+         num_layers=2, num_heads=4, num_kv_heads=4, max_position_embeddings=2048,
+         tie_word_embeddings=True, attention_bias=True, dtype="f32", shards=1, seed=8,
+         rope_theta=10000.0, pre_norm=True),
+    dict(name="opt_post_ln", family="opt", vocab_size=50272, hidden_size=64,
+         intermediate_size=192, num_layers=3, num_heads=4, num_kv_heads=4,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
+         dtype="f16", shards=2, seed=9, rope_theta=10000.0, pre_norm=False),
 ]
+
+# Token ids of each family's beginning of sequence (the tiny models' configs say the same).
+BOS = {"gpt2": 50256, "opt": 2}
 
 SPEC_KEYS = ["family", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
              "num_kv_heads", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
              "dtype", "shards", "seed", "rope_theta"]
+OPTIONAL_SPEC_KEYS = ["pre_norm"]  # recorded only where a model sets them
+
+
+def spec_json(spec):
+    """The spec as the golden files record it (and the C++ tests read it back)."""
+    return {k: spec[k] for k in SPEC_KEYS + OPTIONAL_SPEC_KEYS if k in spec}
 
 
 def binary_args(spec, out_dir, tokenizer_dir):
@@ -67,7 +96,7 @@ def binary_args(spec, out_dir, tokenizer_dir):
         f"--tie={b(spec['tie_word_embeddings'])}",
         f"--attention_bias={b(spec['attention_bias'])}", f"--dtype={spec['dtype']}",
         f"--shards={spec['shards']}", f"--rope_theta={spec['rope_theta']!r}",
-    ]
+    ] + ([f"--pre_norm={b(spec['pre_norm'])}"] if "pre_norm" in spec else [])
 
 
 def make_cases(spec, bos):
@@ -102,16 +131,16 @@ def f32_number(x):
 
 def self_check(model, spec, logits_rows, tokens, positions):
     """Properties HF semantics imply: prefix logits equal incremental ones (causality); for RoPE
-    models a constant shift of all positions changes nothing (relative encoding)."""
+    and ALiBi models a constant shift of all positions changes nothing (relative encoding)."""
     n = len(tokens)
     for cut in (1, n // 2, n - 1):
         if cut < 1:
             continue
         prefix = model.forward(tokens[:cut], positions[:cut])
         assert np.allclose(prefix, logits_rows[:cut], atol=1e-9), "causality violated"
-    if spec["family"] != "gpt2":
+    if spec["family"] not in ("gpt2", "opt"):  # RoPE and ALiBi see only relative positions
         shifted = model.forward(tokens, [p + 7 for p in positions])
-        assert np.allclose(shifted, logits_rows, atol=1e-8), "RoPE not relative"
+        assert np.allclose(shifted, logits_rows, atol=1e-8), "positions not relative"
 
 
 def main():
@@ -136,7 +165,7 @@ def main():
             tok = args.gpt2_tokenizer_dir if spec["family"] == "gpt2" else args.llama_tokenizer_dir
             subprocess.run([args.binary] + binary_args(spec, model_dir, tok), check=True)
             model = reference.load_model(model_dir)
-        bos = 50256 if spec["family"] == "gpt2" else 1
+        bos = BOS.get(spec["family"], 1)
 
         cases = []
         all_rows = []
@@ -173,7 +202,7 @@ def main():
                         logit_rows, json.dumps([int(full[r].argmax()) for r in rows])))
             parts.append('{"name":%s,"sequences":[\n%s]}' % (json.dumps(case_name),
                                                             ",\n".join(seq_parts)))
-        model_json = json.dumps({k: spec[k] for k in SPEC_KEYS})
+        model_json = json.dumps(spec_json(spec))
         text = ('{"model":%s,\n"regenerate":%s,\n"vocab_subset":%s,\n"cases":[\n%s]}\n' % (
             model_json, json.dumps(regenerate), json.dumps(subset), ",\n".join(parts)))
         json.loads(text)  # must be valid JSON

@@ -1,19 +1,26 @@
 """Independent NumPy reference forward pass for the model families manyshot serves.
 
 Written from the Hugging Face modeling semantics (transformers' modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py and modeling_gpt2.py), not from manyshot's C++, so that the
+modeling_mistral.py, modeling_qwen2.py, modeling_gpt2.py, modeling_bloom.py and modeling_opt.py),
+not from manyshot's C++, so that the
 golden logits it produces are an independent check of the engine. Everything is computed in
 float64 from the stored weights (f32, f16 or bf16, widened exactly).
 
 Input is a token sequence with explicit position ids, which may be arbitrary and non-contiguous
 (structured prompting places every demonstration group at positions 1..L after a shared bos at 0).
 Attention is causal by index within the sequence: token j attends to tokens 0..j. Position ids
-only enter through RoPE (llama family) or the learned position table (GPT-2).
+only enter through RoPE (llama family), the learned position table (GPT-2; OPT's, offset by 2) or
+BLOOM's ALiBi bias (slope * key position, as HF's build_alibi_tensor; HF derives the key positions
+from the attention mask, here they are the given position ids).
+
+BloomModel and OptModel also expose final_hidden(tokens, positions, bias) with an explicit [T, T]
+additive attention bias, which structured.py uses.
 
 Run with /usr/bin/python3 (numpy 1.24); no other dependencies.
 """
 
 import json
+import math
 import os
 import struct
 
@@ -206,6 +213,161 @@ class Gpt2Model:
         return (logits, all_probs) if return_probs else logits
 
 
+def attend_with_bias(q, k, v, bias):
+    """q, k, v: [T, nh, d]; bias: [nh or 1, T, T] additive (-inf = not attended)."""
+    t, nh, d = q.shape
+    scores = np.einsum("ihd,jhd->hij", q, k) / np.sqrt(d) + bias
+    probs = softmax(scores, axis=-1)
+    return np.einsum("hij,jhd->ihd", probs, v).reshape(t, nh * d), probs
+
+
+def causal_bias(t):
+    return np.where(np.tril(np.ones((t, t), dtype=bool)), 0.0, -np.inf)
+
+
+def layer_norm(x, w, b, eps):
+    mean = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)  # biased, as torch
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def strip_prefix(tensors, prefix):
+    return {(n[len(prefix):] if n.startswith(prefix) else n): v for n, v in tensors.items()}
+
+
+def alibi_slopes(num_heads):
+    """HF build_alibi_tensor's slopes, including head counts that are not a power of two."""
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+    slopes = [base ** p for p in range(1, 1 + closest)]
+    if closest != num_heads:
+        extra_base = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+        remaining = min(closest, num_heads - closest)
+        slopes += [extra_base ** p for p in range(1, 1 + 2 * remaining, 2)]
+    return np.array(slopes, dtype=np.float64)
+
+
+class BloomModel:
+    """BLOOM: ALiBi, LayerNorm after the embeddings, fused per-head query_key_value, bloom_gelu."""
+
+    def __init__(self, config, tensors):
+        self.c = config
+        # BloomModel state dicts have bare names; BloomForCausalLM's prefix "transformer.".
+        self.w = strip_prefix(tensors, "transformer.")
+        self.hidden = config.get("n_embed") or config["hidden_size"]
+        self.nh = config["n_head"]
+        self.hd = self.hidden // self.nh
+        self.layers = config["n_layer"]
+        self.eps = float(config.get("layer_norm_epsilon", 1e-5))
+        if config.get("apply_residual_connection_post_layernorm", False):
+            raise NotImplementedError("apply_residual_connection_post_layernorm")
+        tied = config.get("tie_word_embeddings", True)
+        self.lm_head = self.w["word_embeddings.weight"] if tied else self.w["lm_head.weight"]
+
+    def ln(self, x, prefix):
+        return layer_norm(x, self.w[prefix + ".weight"], self.w[prefix + ".bias"], self.eps)
+
+    def linear(self, x, prefix):
+        return x @ self.w[prefix + ".weight"].T + self.w[prefix + ".bias"]
+
+    @staticmethod
+    def gelu(x):  # bloom_gelu_forward, its constants
+        return x * 0.5 * (1.0 + np.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    def final_hidden(self, tokens, positions, bias, probs_out=None):
+        t = len(tokens)
+        h = self.ln(self.w["word_embeddings.weight"][np.asarray(tokens)],
+                    "word_embeddings_layernorm")
+        # alibi[h, j] = slope_h * position of key j, the same for every query row (softmax is
+        # invariant to the row's own share, as HF's docstring says).
+        alibi = alibi_slopes(self.nh)[:, None, None] * np.asarray(positions, np.float64)[None, None]
+        for i in range(self.layers):
+            p = f"h.{i}."
+            x = self.ln(h, p + "input_layernorm")
+            # _split_heads: [T, nh, 3 * hd], then q | k | v within each head.
+            fused = self.linear(x, p + "self_attention.query_key_value").reshape(
+                t, self.nh, 3, self.hd)
+            q, k, v = fused[:, :, 0], fused[:, :, 1], fused[:, :, 2]
+            attn, probs = attend_with_bias(q, k, v, alibi + bias[None])
+            if probs_out is not None:
+                probs_out.append(probs)
+            h = h + self.linear(attn, p + "self_attention.dense")
+            x = self.ln(h, p + "post_attention_layernorm")
+            h = h + self.linear(self.gelu(self.linear(x, p + "mlp.dense_h_to_4h")),
+                                p + "mlp.dense_4h_to_h")
+        return self.ln(h, "ln_f")
+
+    def forward(self, tokens, positions, return_probs=False):
+        probs = []
+        h = self.final_hidden(tokens, positions, causal_bias(len(tokens)), probs)
+        logits = h @ self.lm_head.T
+        return (logits, probs) if return_probs else logits
+
+
+class OptModel:
+    """OPT: learned positions at position id + 2, pre- or post-LN (do_layer_norm_before), ReLU."""
+
+    OFFSET = 2  # OPTLearnedPositionalEmbedding
+
+    def __init__(self, config, tensors):
+        self.c = config
+        # OPTForCausalLM state dicts prefix the decoder with "model."; OPTModel's do not.
+        self.w = strip_prefix(tensors, "model.")
+        self.hidden = config["hidden_size"]
+        if config.get("word_embed_proj_dim", self.hidden) != self.hidden:
+            raise NotImplementedError("word_embed_proj_dim != hidden_size")
+        if config.get("activation_function", "relu") != "relu":
+            raise NotImplementedError(config["activation_function"])
+        self.nh = config["num_attention_heads"]
+        self.hd = self.hidden // self.nh
+        self.layers = config["num_hidden_layers"]
+        self.pre = config.get("do_layer_norm_before", True)
+        self.eps = 1e-5  # nn.LayerNorm's default; OPTConfig has no key for it
+        tied = config.get("tie_word_embeddings", True)
+        self.lm_head = self.w["decoder.embed_tokens.weight"] if tied else self.w["lm_head.weight"]
+
+    def ln(self, x, prefix):
+        return layer_norm(x, self.w[prefix + ".weight"], self.w[prefix + ".bias"], self.eps)
+
+    def linear(self, x, prefix):
+        return x @ self.w[prefix + ".weight"].T + self.w[prefix + ".bias"]
+
+    def final_hidden(self, tokens, positions, bias, probs_out=None):
+        t = len(tokens)
+        positions = np.asarray(positions) + self.OFFSET
+        table = self.w["decoder.embed_positions.weight"]
+        if positions.min() < self.OFFSET or positions.max() >= table.shape[0]:
+            raise ValueError("position out of range for embed_positions")
+        h = self.w["decoder.embed_tokens.weight"][np.asarray(tokens)] + table[positions]
+        shape = (t, self.nh, self.hd)
+        for i in range(self.layers):
+            p = f"decoder.layers.{i}."
+            residual = h
+            x = self.ln(h, p + "self_attn_layer_norm") if self.pre else h
+            q = self.linear(x, p + "self_attn.q_proj").reshape(shape)
+            k = self.linear(x, p + "self_attn.k_proj").reshape(shape)
+            v = self.linear(x, p + "self_attn.v_proj").reshape(shape)
+            attn, probs = attend_with_bias(q, k, v, bias[None])
+            if probs_out is not None:
+                probs_out.append(probs)
+            h = residual + self.linear(attn, p + "self_attn.out_proj")
+            if not self.pre:
+                h = self.ln(h, p + "self_attn_layer_norm")
+            residual = h
+            x = self.ln(h, p + "final_layer_norm") if self.pre else h
+            x = self.linear(np.maximum(self.linear(x, p + "fc1"), 0.0), p + "fc2")
+            h = residual + x
+            if not self.pre:
+                h = self.ln(h, p + "final_layer_norm")
+        return self.ln(h, "decoder.final_layer_norm") if self.pre else h
+
+    def forward(self, tokens, positions, return_probs=False):
+        probs = []
+        h = self.final_hidden(tokens, positions, causal_bias(len(tokens)), probs)
+        logits = h @ self.lm_head.T
+        return (logits, probs) if return_probs else logits
+
+
 def load_model(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
@@ -215,4 +377,8 @@ def load_model(model_dir):
         return LlamaModel(config, tensors)
     if model_type == "gpt2":
         return Gpt2Model(config, tensors)
+    if model_type == "bloom":
+        return BloomModel(config, tensors)
+    if model_type == "opt":
+        return OptModel(config, tensors)
     raise NotImplementedError(model_type)

@@ -189,6 +189,8 @@ def final_hidden(model, tokens, positions, bias):
     t = len(tokens)
     tokens = np.asarray(tokens)
     positions = np.asarray(positions)
+    if hasattr(model, "final_hidden"):  # BLOOM, OPT
+        return model.final_hidden(tokens, positions, bias)
     if isinstance(model, reference.LlamaModel):
         h = model.w["model.embed_tokens.weight"][tokens]
         for i in range(model.layers):
@@ -224,7 +226,7 @@ def final_hidden(model, tokens, positions, bias):
 
 
 def lm_head(model):
-    if isinstance(model, reference.LlamaModel):
+    if hasattr(model, "lm_head"):  # Llama, BLOOM, OPT
         return model.lm_head
     return model.w["wte.weight"]
 

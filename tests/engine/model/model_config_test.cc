@@ -168,9 +168,9 @@ TEST_F(ModelConfigTest, BadJson) {
 }
 
 TEST_F(ModelConfigTest, UnknownModelType) {
-  auto c = ParseLlamaWith("model_type", "bloom");
+  auto c = ParseLlamaWith("model_type", "falcon");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(c.status().message(), HasSubstr("bloom"));
+  EXPECT_THAT(c.status().message(), HasSubstr("falcon"));
   c = ParseLlamaWith("model_type", nlohmann::json(), /*remove=*/true);
   EXPECT_THAT(c.status().message(), HasSubstr("model_type"));
   c = ParseLlamaWith("model_type", 5);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/arch_traits.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -43,10 +44,13 @@ TinyModelSpec SpecFromGolden(const std::string& name) {
   s.shards = j["shards"];
   s.seed = j["seed"];
   s.rope_theta = j["rope_theta"];
+  s.pre_norm = j.value("pre_norm", true);  // recorded for OPT only
   return s;
 }
 
-const char* const kGoldenModels[] = {"gpt2", "llama", "llama_gqa_tied", "mistral", "qwen2"};
+const char* const kGoldenModels[] = {"gpt2",         "llama", "llama_gqa_tied",
+                                     "mistral",      "qwen2", "bloom",
+                                     "bloom_heads6", "opt",   "opt_post_ln"};
 
 class TinyModelGoldenSpecTest : public ::testing::TestWithParam<const char*> {};
 
@@ -67,8 +71,10 @@ TEST_P(TinyModelGoldenSpecTest, WritesAModelTheReadersAccept) {
   EXPECT_EQ(config->num_kv_heads, spec.num_kv_heads);
   EXPECT_EQ(config->tie_word_embeddings, spec.tie_word_embeddings);
   EXPECT_EQ(config->attention_bias, spec.attention_bias);
-  EXPECT_EQ(config->rope_theta, spec.family == "gpt2" ? 0.0f : spec.rope_theta);
-  EXPECT_EQ(config->bos_token_id, spec.family == "gpt2" ? 50256 : 1);
+  const bool rotary = TraitsOf(config->architecture).position == PositionKind::kRotary;
+  EXPECT_EQ(config->rope_theta, rotary ? spec.rope_theta : 0.0f);
+  EXPECT_EQ(config->bos_token_id, spec.family == "gpt2" ? 50256 : spec.family == "opt" ? 2 : 1);
+  EXPECT_EQ(config->pre_norm, spec.pre_norm);
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "generation_config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "manyshot_tiny_model.json"));
   EXPECT_EQ(std::filesystem::exists(dir.path() / "model.safetensors.index.json"), spec.shards > 1);
@@ -94,9 +100,12 @@ TEST_P(TinyModelGoldenSpecTest, WritesAModelTheReadersAccept) {
     for (float v : values) ASSERT_TRUE(std::isfinite(v)) << t.name;
   }
   if (config->architecture == Architecture::kLlama) {
-    EXPECT_EQ(archive->Find(kLlamaLmHead) != nullptr, !spec.tie_word_embeddings);
-    EXPECT_EQ(archive->Find(LlamaLayer(0).q_bias) != nullptr, spec.attention_bias);
-    EXPECT_EQ(archive->Find(LlamaLayer(0).o_bias) != nullptr,
+    const Architecture arch = Architecture::kLlama;
+    EXPECT_EQ(archive->Find(TensorName(arch, TensorRole::kOutput, TensorPart::kWeight)) != nullptr,
+              !spec.tie_word_embeddings);
+    EXPECT_EQ(archive->Find(TensorName(arch, TensorRole::kAttnQ, TensorPart::kBias)) != nullptr,
+              spec.attention_bias);
+    EXPECT_EQ(archive->Find(TensorName(arch, TensorRole::kAttnOut, TensorPart::kBias)) != nullptr,
               spec.attention_bias && spec.family == "llama");
   }
 }
@@ -221,7 +230,7 @@ TEST(TinyModelTest, InvalidSpecs) {
     void (*mutate)(TinyModelSpec&);
   };
   const Case cases[] = {
-      {"family", [](TinyModelSpec& s) { s.family = "bloom"; }},
+      {"family", [](TinyModelSpec& s) { s.family = "falcon"; }},
       {"vocab_size", [](TinyModelSpec& s) { s.vocab_size = 0; }},
       {"hidden_size", [](TinyModelSpec& s) { s.hidden_size = -1; }},
       {"num_heads", [](TinyModelSpec& s) { s.num_heads = 3; }},
@@ -269,26 +278,36 @@ TEST(TensorNamesTest, Gpt2AcceptsTransformerPrefix) {
   ASSERT_TRUE(WriteModelSafetensors(dir.path(), tensors, 1).ok());
   auto archive = SafetensorsArchive::Open(dir.path());
   ASSERT_TRUE(archive.ok());
-  const TensorInfo* t = FindModelTensor(*archive, Architecture::kGpt2, Gpt2Layer(0).c_attn_weight);
+  const std::string c_attn =
+      TensorName(Architecture::kGpt2, TensorRole::kAttnQkv, TensorPart::kWeight, 0);
+  const std::string wte =
+      TensorName(Architecture::kGpt2, TensorRole::kTokenEmbd, TensorPart::kWeight);
+  const std::string wpe =
+      TensorName(Architecture::kGpt2, TensorRole::kPosEmbd, TensorPart::kWeight);
+  const TensorInfo* t = FindModelTensor(*archive, Architecture::kGpt2, c_attn);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->name, "transformer.h.0.attn.c_attn.weight");
-  std::vector<float> wte(6);
+  std::vector<float> values(6);
   const int64_t shape[] = {3, 2};
-  EXPECT_TRUE(ReadModelTensorF32(*archive, Architecture::kGpt2, kGpt2Wte, shape, wte.data()).ok());
-  EXPECT_EQ(wte[5], 2.0f);
+  EXPECT_TRUE(ReadModelTensorF32(*archive, Architecture::kGpt2, wte, shape, values.data()).ok());
+  EXPECT_EQ(values[5], 2.0f);
   EXPECT_EQ(FindModelTensor(*archive, Architecture::kLlama, "h.0.attn.c_attn.weight"), nullptr);
-  absl::Status s = ReadModelTensorF32(*archive, Architecture::kGpt2, kGpt2Wpe, shape, wte.data());
+  absl::Status s = ReadModelTensorF32(*archive, Architecture::kGpt2, wpe, shape, values.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("wpe.weight"));
 }
 
-TEST(TensorNamesTest, LlamaNames) {
-  const LlamaLayerNames n = LlamaLayer(7);
-  EXPECT_EQ(n.q, "model.layers.7.self_attn.q_proj.weight");
-  EXPECT_EQ(n.attn_norm, "model.layers.7.input_layernorm.weight");
-  EXPECT_EQ(n.mlp_norm, "model.layers.7.post_attention_layernorm.weight");
-  EXPECT_EQ(n.down, "model.layers.7.mlp.down_proj.weight");
-  EXPECT_EQ(Gpt2Layer(3).mlp_proj_weight, "h.3.mlp.c_proj.weight");
+TEST(TensorNamesTest, NamesByRole) {
+  constexpr TensorPart W = TensorPart::kWeight;
+  const Architecture llama = Architecture::kLlama;
+  EXPECT_EQ(TensorName(llama, TensorRole::kAttnQ, W, 7), "model.layers.7.self_attn.q_proj.weight");
+  EXPECT_EQ(TensorName(llama, TensorRole::kAttnNorm, W, 7),
+            "model.layers.7.input_layernorm.weight");
+  EXPECT_EQ(TensorName(llama, TensorRole::kFfnNorm, W, 7),
+            "model.layers.7.post_attention_layernorm.weight");
+  EXPECT_EQ(TensorName(llama, TensorRole::kFfnDown, W, 7), "model.layers.7.mlp.down_proj.weight");
+  EXPECT_EQ(TensorName(llama, TensorRole::kOutputNorm, W), "model.norm.weight");
+  EXPECT_EQ(TensorName(Architecture::kGpt2, TensorRole::kFfnDown, W, 3), "h.3.mlp.c_proj.weight");
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ std::vector<int32_t> Tokens(std::mt19937& rng, int64_t vocab, int n) {
 }
 
 int32_t Bos(const Transformer& model) {
-  return model.config().architecture == Architecture::kGpt2 ? 50256 : 1;
+  return static_cast<int32_t>(model.config().bos_token_id);  // every tiny model's config has one
 }
 
 // Log-probs of `candidate` after [prefix...] computed with one plain causal forward pass.

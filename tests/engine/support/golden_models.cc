@@ -68,6 +68,7 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
     spec.shards = m["shards"];
     spec.seed = m["seed"];
     spec.rope_theta = m["rope_theta"];
+    spec.pre_norm = m.value("pre_norm", true);  // recorded for OPT only
     // Weights never depend on tokenizer files: an empty directory is enough here.
     auto empty = ProcessTempDir() / "no-tokenizer";
     std::filesystem::create_directories(empty);

@@ -81,6 +81,8 @@ const Tokenizer& Gpt2Tokenizer();
 // Eight SST-2 demonstrations (label words negative / positive) for small task tests.
 std::vector<Example> Sst2Demonstrations();
 
-inline const char* kGoldenModels[] = {"gpt2", "llama", "llama_gqa_tied", "mistral", "qwen2"};
+inline const char* kGoldenModels[] = {"gpt2",         "llama", "llama_gqa_tied",
+                                      "mistral",      "qwen2", "bloom",
+                                      "bloom_heads6", "opt",   "opt_post_ln"};
 
 }  // namespace manyshot::testing

@@ -1,0 +1,22 @@
+// config.json parsers and writers of the families that live outside model_config.cc (BLOOM, OPT),
+// one file each, on the shared typed key reader. ParseModelConfig and ModelConfigToJson dispatch
+// here by model_type / architecture.
+#pragma once
+
+#include "absl/status/status.h"
+#include "engine/model/config_keys.h"
+#include "engine/model/model_config.h"
+#include "nlohmann/json.hpp"
+
+namespace manyshot {
+
+// BLOOM (modeling_bloom.py): the keys of BloomConfig; c.model_type is already set.
+absl::Status ParseBloomConfig(const config_keys::KeyReader& r, ModelConfig& c);
+void BloomConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
+
+// OPT (modeling_opt.py): the keys of OPTConfig; c.model_type is already set. Only
+// word_embed_proj_dim == hidden_size (every OPT but opt-350m, whose project_in/out we lack).
+absl::Status ParseOptConfig(const config_keys::KeyReader& r, ModelConfig& c);
+void OptConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
+
+}  // namespace manyshot
