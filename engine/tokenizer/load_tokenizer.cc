@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const fs::path& model_d
       hash.UpdateFile(name, *proto);
       auto names = ReadSpecialTokenNames(model_dir, hash);
       if (!names.ok()) return names.status();
-      return LoadSentencePieceModel(*proto, *names, hash.Hex());
+      return LoadSentencePieceModel(*proto, *names, hash.Hex(), name);
     }
     if (have_vocab != have_merges) {
       return absl::NotFoundError(absl::StrCat("found ", have_vocab ? "vocab.json" : "merges.txt",

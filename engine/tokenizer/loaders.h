@@ -34,9 +34,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2VocabMerges(std::string_view 
                                                                const SpecialTokenNames& names,
                                                                std::string fingerprint);
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceModel(std::string_view model_proto,
-                                                                  const SpecialTokenNames& names,
-                                                                  std::string fingerprint);
+// `source`: the file's name in errors (T5 ships the same format as spiece.model).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceModel(
+    std::string_view model_proto, const SpecialTokenNames& names, std::string fingerprint,
+    std::string_view source = "tokenizer.model");
 
 }  // namespace manyshot
 

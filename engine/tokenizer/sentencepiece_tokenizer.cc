@@ -35,17 +35,17 @@ namespace {
 using Proto = SentencePieceModelProto;
 using PieceType = Proto::PieceType;
 
-constexpr std::string_view kFile = "tokenizer.model";
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";
 
-absl::Status Bad(std::string_view what) {
+// `source` names the file ("tokenizer.model", "spiece.model") at the start of every error.
+absl::Status Bad(std::string_view source, std::string_view what) {
   return absl::InvalidArgumentError(
-      absl::StrCat(ToAbsl(kFile), ": not a valid SentencePiece model: ", ToAbsl(what)));
+      absl::StrCat(ToAbsl(source), ": not a valid SentencePiece model: ", ToAbsl(what)));
 }
 
-absl::Status Unsupported(std::string_view what) {
+absl::Status Unsupported(std::string_view source, std::string_view what) {
   return absl::UnimplementedError(
-      absl::StrCat(ToAbsl(kFile), ": ", ToAbsl(what),
+      absl::StrCat(ToAbsl(source), ": ", ToAbsl(what),
                    " is not supported (only Unigram models, and BPE models with identity "
                    "normalization as Llama-2 and Mistral ship); put the model's tokenizer.json in "
                    "the directory instead "
@@ -53,29 +53,30 @@ absl::Status Unsupported(std::string_view what) {
 }
 
 // The settings the conversion cannot reproduce.
-absl::Status CheckSupported(const Proto& proto) {
+absl::Status CheckSupported(const Proto& proto, std::string_view source) {
   if (proto.model_type != Proto::ModelType::kBpe) {
     return Unsupported(
-        absl::StrCat("SentencePiece model type ", ToAbsl(ModelTypeName(proto.model_type))));
+        source, absl::StrCat("SentencePiece model type ", ToAbsl(ModelTypeName(proto.model_type))));
   }
   if (!proto.normalizer.precompiled_charsmap.empty()) {
-    return Unsupported(absl::StrCat("normalization rule \"", proto.normalizer.name, "\""));
+    return Unsupported(source, absl::StrCat("normalization rule \"", proto.normalizer.name, "\""));
   }
   if (proto.normalizer.remove_extra_whitespaces) {
-    return Unsupported("normalizer_spec.remove_extra_whitespaces");
+    return Unsupported(source, "normalizer_spec.remove_extra_whitespaces");
   }
   if (!proto.normalizer.escape_whitespaces) {
-    return Unsupported("normalizer_spec.escape_whitespaces = false");
+    return Unsupported(source, "normalizer_spec.escape_whitespaces = false");
   }
   if (proto.has_denormalizer && !proto.denormalizer.precompiled_charsmap.empty()) {
-    return Unsupported(absl::StrCat("denormalization rule \"", proto.denormalizer.name, "\""));
+    return Unsupported(source,
+                       absl::StrCat("denormalization rule \"", proto.denormalizer.name, "\""));
   }
   if (proto.treat_whitespace_as_suffix) {
-    return Unsupported("trainer_spec.treat_whitespace_as_suffix");
+    return Unsupported(source, "trainer_spec.treat_whitespace_as_suffix");
   }
   for (const auto& p : proto.pieces) {
     if (p.type == PieceType::kUserDefined) {
-      return Unsupported(absl::StrCat("a user-defined piece (\"", p.piece, "\")"));
+      return Unsupported(source, absl::StrCat("a user-defined piece (\"", p.piece, "\")"));
     }
   }
   return absl::OkStatus();
@@ -122,9 +123,9 @@ std::vector<std::pair<std::string, std::string>> ExtractMerges(const Proto& prot
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const SpecialTokenNames& names,
-                                                 std::string fingerprint) {
-  if (proto.pieces.empty()) return Bad("no pieces");
-  if (absl::Status s = CheckSupported(proto); !s.ok()) return s;
+                                                 std::string fingerprint, std::string_view source) {
+  if (proto.pieces.empty()) return Bad(source, "no pieces");
+  if (absl::Status s = CheckSupported(proto, source); !s.ok()) return s;
 
   // The checks libsentencepiece makes when it loads a model.
   StringMap<int32_t> vocab;
@@ -134,23 +135,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const Speci
   for (size_t i = 0; i < proto.pieces.size(); ++i) {
     const Proto::Piece& p = proto.pieces[i];
     const auto id = static_cast<int32_t>(i);
-    if (p.piece.empty()) return Bad(absl::StrCat("piece ", id, " is empty"));
-    if (!ValidateUtf8(p.piece).ok()) return Bad(absl::StrCat("piece ", id, " is not UTF-8"));
+    if (p.piece.empty()) return Bad(source, absl::StrCat("piece ", id, " is empty"));
+    if (!ValidateUtf8(p.piece).ok())
+      return Bad(source, absl::StrCat("piece ", id, " is not UTF-8"));
     if (!vocab.emplace(p.piece, id).second) {
-      return Bad(absl::StrCat("piece \"", p.piece, "\" is defined twice"));
+      return Bad(source, absl::StrCat("piece \"", p.piece, "\" is defined twice"));
     }
     if (p.type == PieceType::kUnknown) {
-      if (unk.has_value()) return Bad("more than one unknown piece");
+      if (unk.has_value()) return Bad(source, "more than one unknown piece");
       unk = id;
     }
     if (p.type == PieceType::kByte) {
       if (!ParseByteToken(p.piece).has_value()) {
-        return Bad(absl::StrCat("byte piece \"", p.piece, "\" is not of the form <0xNN>"));
+        return Bad(source, absl::StrCat("byte piece \"", p.piece, "\" is not of the form <0xNN>"));
       }
       have_byte_pieces = true;
     }
   }
-  if (!unk.has_value()) return Bad("no unknown piece (<unk>)");
+  if (!unk.has_value()) return Bad(source, "no unknown piece (<unk>)");
 
   BpeTokenizerSpec spec;
   BpePipeline& p = spec.pipeline;
@@ -179,7 +181,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const Speci
   options.fuse_unk = true;  // libsentencepiece merges runs of unknown pieces into one
   options.unk_token = proto.pieces[static_cast<size_t>(*unk)].piece;
   auto bpe = BpeModel::Create(std::move(vocab), merges, std::move(options));
-  if (!bpe.ok()) return Bad(std::string(bpe.status().message()));
+  if (!bpe.ok()) return Bad(source, std::string(bpe.status().message()));
   spec.model = std::move(*bpe);
 
   // bos/eos: the configured names when tokenizer_config.json or special_tokens_map.json give
@@ -203,18 +205,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const Speci
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceModel(std::string_view model_proto,
                                                                   const SpecialTokenNames& names,
-                                                                  std::string fingerprint) {
-  auto proto = ReadSentencePieceModel(model_proto, kFile);
+                                                                  std::string fingerprint,
+                                                                  std::string_view source) {
+  auto proto = ReadSentencePieceModel(model_proto, source);
   if (!proto.ok()) return proto.status();
   if (proto->model_type == Proto::ModelType::kUnigram) {
     UnigramBuildOptions options;
     options.names = names;
     options.fingerprint = std::move(fingerprint);
-    options.source = std::string(kFile);
+    options.source = std::string(source);
     options.kind = "sentencepiece-unigram";
     return BuildUnigramTokenizer(std::move(*proto), std::move(options));
   }
-  return Build(*proto, names, std::move(fingerprint));
+  return Build(*proto, names, std::move(fingerprint), source);
 }
 
 }  // namespace manyshot

@@ -296,6 +296,13 @@ TEST(UnigramModelTest, SpieceModelLoadsFromADirectory) {
   EXPECT_EQ((*tok)->eos_id(), 1);
   EXPECT_EQ((*tok)->bos_id(), std::nullopt);
   EXPECT_EQ((*tok)->fingerprint().size(), 16u);
+  // Errors name the file it was read from.
+  WriteFile(dir / "spiece.model", HandMadeUnigram(false) + PieceMsg("", 0, kNormal));
+  auto bad = LoadTokenizer(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(dir.string() + ": spiece.model: "), std::string::npos)
+      << bad.status();
 }
 
 // --- tokenizer.json with a Unigram model --------------------------------------------------------
