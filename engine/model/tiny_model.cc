@@ -9,10 +9,10 @@
 #include "engine/model/tiny_model.h"
 
 #include <cmath>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/arch_traits.h"
+#include "engine/model/model_directory.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
 #include "nlohmann/json.hpp"
@@ -102,11 +102,6 @@ std::vector<float> Normal(uint64_t seed, const std::string& name, size_t n, doub
   return v;
 }
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Chooses (mean, std) for a tensor from its role.
 std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
   const bool is_norm = t.role == TensorRole::kTokenEmbdNorm || t.role == TensorRole::kAttnNorm ||
@@ -126,29 +121,6 @@ std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
     sd *= 1.5;
   }
   return {0.0, sd};
-}
-
-absl::Status CopyFile(const std::filesystem::path& from, const std::filesystem::path& to) {
-  // The bytes only, into a new file whose mode follows the process's umask like every other file
-  // written here: the source's mode (read-only registry files, world-readable shared ones) must
-  // not leak into the model directory (the server keeps its data directory private).
-  std::ifstream in(from, std::ios::binary);
-  if (!in) return absl::InternalError(absl::StrCat("copy ", from.string(), ": cannot read it"));
-  std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  out << in.rdbuf();
-  out.flush();
-  if (!out || in.bad()) {
-    return absl::InternalError(
-        absl::StrCat("copy ", from.string(), " to ", to.string(), ": write failed"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteText(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) return absl::InternalError(absl::StrCat(path.string(), ": write failed"));
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -228,30 +200,6 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::pa
   auto tensors = TinyModelTensors(spec);
   if (!tensors.ok()) return tensors.status();
 
-  std::error_code ec;
-  if (!tokenizer_dir.empty() && !std::filesystem::is_directory(tokenizer_dir, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("tokenizer directory ", tokenizer_dir.string(), " does not exist"));
-  }
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(out_dir.string(), ": ", ec.message()));
-  // A previous run with a different shard count must not leave stale weight files behind.
-  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (EndsWith(name, ".safetensors") || name == "model.safetensors.index.json") {
-      std::filesystem::remove(entry.path(), ec);
-    }
-  }
-
-  absl::Status st = WriteText(out_dir / "config.json", ModelConfigToJson(*config));
-  if (!st.ok()) return st;
-  nlohmann::ordered_json gen;
-  gen["_from_model_config"] = true;
-  gen["bos_token_id"] = config->bos_token_id;
-  gen["eos_token_id"] = config->eos_token_id;
-  st = WriteText(out_dir / "generation_config.json", gen.dump(2) + "\n");
-  if (!st.ok()) return st;
-
   nlohmann::ordered_json marker;
   marker["note"] = "manyshot tiny model: RANDOM weights for tests, not a trained model";
   marker["generator"] = "make-tiny-model";
@@ -272,19 +220,8 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::pa
   js["rope_theta"] = spec.rope_theta;
   js["pre_norm"] = spec.pre_norm;
   marker["spec"] = js;
-  st = WriteText(out_dir / "manyshot_tiny_model.json", marker.dump(2) + "\n");
-  if (!st.ok()) return st;
-
-  for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model",
-                           "tokenizer_config.json", "special_tokens_map.json"}) {
-    if (tokenizer_dir.empty()) break;
-    const std::filesystem::path from = tokenizer_dir / name;
-    if (std::filesystem::is_regular_file(from, ec)) {
-      st = CopyFile(from, out_dir / name);
-      if (!st.ok()) return st;
-    }
-  }
-  return WriteModelSafetensors(out_dir, *tensors, spec.shards);
+  return WriteModelDirectory(*config, *tensors, spec.shards, "manyshot_tiny_model.json",
+                             marker.dump(2) + "\n", tokenizer_dir, out_dir);
 }
 
 }  // namespace manyshot
