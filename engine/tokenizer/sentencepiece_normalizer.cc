@@ -52,7 +52,7 @@ std::pair<std::string_view, size_t> SentencePieceNormalizer::NormalizePrefix(
   return {text.substr(0, length), length};
 }
 
-std::string SentencePieceNormalizer::Normalize(std::string_view text) const {
+std::string SentencePieceNormalizer::Normalize(std::string_view text, bool at_start) const {
   std::string out;
   if (spec_.remove_extra_whitespaces) {
     while (!text.empty()) {
@@ -64,7 +64,7 @@ std::string SentencePieceNormalizer::Normalize(std::string_view text) const {
   if (text.empty()) return out;
   out.reserve(text.size() * 3 / 2 + 4);
   const std::string_view space = spec_.escape_whitespaces ? kSentencePieceSpace : " ";
-  if (spec_.add_dummy_prefix) out.append(space);
+  if (spec_.add_dummy_prefix && (at_start || !spec_.dummy_prefix_at_start_only)) out.append(space);
   bool previous_was_space = spec_.remove_extra_whitespaces;
   while (!text.empty()) {
     auto [normalized, consumed] = NormalizePrefix(text);

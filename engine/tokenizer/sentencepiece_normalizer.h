@@ -19,6 +19,9 @@ inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";  // "▁
 struct SentencePieceNormalizerSpec {
   std::optional<PrecompiledCharsmap> rules;  // none: identity
   bool add_dummy_prefix = true;
+  // The dummy prefix only where the text begins the input, not after an added token (Hugging
+  // Face's Metaspace prepend_scheme "first").
+  bool dummy_prefix_at_start_only = false;
   bool remove_extra_whitespaces = true;
   bool escape_whitespaces = true;
   // Every Unicode White_Space character counts as a space (after the rules). tokenizer.json's
@@ -33,8 +36,9 @@ class SentencePieceNormalizer {
  public:
   explicit SentencePieceNormalizer(SentencePieceNormalizerSpec spec);
 
-  // `text` must be valid UTF-8 (Tokenizer::Encode checks it first).
-  std::string Normalize(std::string_view text) const;
+  // `text` must be valid UTF-8 (Tokenizer::Encode checks it first). `at_start`: the text begins
+  // the input (not a stretch after an added token), which matters for dummy_prefix_at_start_only.
+  std::string Normalize(std::string_view text, bool at_start = true) const;
 
   const SentencePieceNormalizerSpec& spec() const { return spec_; }
 

@@ -6,10 +6,13 @@
 //     the text first and decoded verbatim (SentencePiece's control pieces), the others are
 //     SentencePiece's user-defined pieces (never normalized, and preferred wherever they match
 //     inside the text, where Hugging Face splits them out first);
-//   normalizer: null, or "Precompiled" (SentencePiece's rules, base64), alone or in a Sequence;
-//   pre_tokenizer: "Metaspace" ("▁", add_prefix_space or prepend_scheme always/never), after a
-//     "WhitespaceSplit" or alone; with WhitespaceSplit, leading, trailing and repeated whitespace
-//     is dropped as SentencePiece's remove_extra_whitespaces does, and every Unicode space counts;
+//   normalizer: null, or "Precompiled" (SentencePiece's rules, base64), alone or in a Sequence,
+//     optionally followed by Strip(right) and Replace(Regex " {2,}" -> "▁") as transformers'
+//     SpmConverter now writes them;
+//   pre_tokenizer: "Metaspace" ("▁", add_prefix_space or prepend_scheme always/first/never), after
+//     a "WhitespaceSplit" (as the T5 files on the Hub have it) or alone; WhitespaceSplit, or the
+//     Strip + Replace pair, drops leading, trailing and repeated whitespace as SentencePiece's
+//     remove_extra_whitespaces does (with WhitespaceSplit every Unicode space counts);
 //   decoder: null or "Metaspace".
 // The rules are applied as SentencePiece applies them (longest match over the bytes, see
 // sentencepiece_normalizer.h), which is what the file was converted from; Hugging Face's own
@@ -46,15 +49,40 @@ std::string TypeOf(const json& j) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-absl::Status ReadNormalizer(const json& n, Proto& proto) {
+// The whitespace handling the file describes, gathered from its steps.
+struct Whitespace {
+  bool strip_right = false;        // normalizer Strip(left=false, right=true)
+  bool collapse_spaces = false;    // normalizer Replace(Regex " {2,}" -> "▁")
+  bool whitespace_split = false;   // pre_tokenizer WhitespaceSplit
+  bool prefix = true;              // Metaspace prepends "▁"
+  bool prefix_first_only = false;  // ... only where the input begins
+};
+
+absl::Status ReadNormalizer(const json& n, Proto& proto, Whitespace& ws) {
   if (n.is_null()) return absl::OkStatus();
   const std::string type = TypeOf(n);
   if (type == "Sequence") {
     const auto it = n.find("normalizers");
     if (it == n.end() || !it->is_array()) return Bad("normalizer Sequence without a list");
     for (const json& step : *it) {
-      if (absl::Status s = ReadNormalizer(step, proto); !s.ok()) return s;
+      if (absl::Status s = ReadNormalizer(step, proto, ws); !s.ok()) return s;
     }
+    return absl::OkStatus();
+  }
+  if (type == "Strip") {
+    if (n.value("left", true) || !n.value("right", true)) {
+      return Unsupported("normalizer Strip (only right=true, left=false)");
+    }
+    ws.strip_right = true;
+    return absl::OkStatus();
+  }
+  if (type == "Replace") {
+    const auto pattern = n.find("pattern");
+    if (pattern == n.end() || !pattern->is_object() || pattern->value("Regex", "") != " {2,}" ||
+        n.value("content", "") != "\xE2\x96\x81") {
+      return Unsupported("normalizer Replace (only Regex \" {2,}\" -> \"\xE2\x96\x81\")");
+    }
+    ws.collapse_spaces = true;
     return absl::OkStatus();
   }
   if (type != "Precompiled") return Unsupported(absl::StrCat("normalizer \"", type, "\""));
@@ -68,28 +96,30 @@ absl::Status ReadNormalizer(const json& n, Proto& proto) {
   return absl::OkStatus();
 }
 
-absl::Status ReadMetaspace(const json& m, bool& add_prefix) {
+absl::Status ReadMetaspace(const json& m, bool& prefix, bool& first_only) {
   const auto replacement = m.find("replacement");
   if (replacement != m.end() && *replacement != "\xE2\x96\x81") {
     return Unsupported("Metaspace replacement (only \"\xE2\x96\x81\")");
   }
+  first_only = false;
   const auto scheme = m.find("prepend_scheme");
   if (scheme != m.end() && scheme->is_string()) {
-    if (*scheme == "always") {
-      add_prefix = true;
+    if (*scheme == "always" || *scheme == "first") {
+      prefix = true;
+      first_only = *scheme == "first";
     } else if (*scheme == "never") {
-      add_prefix = false;
+      prefix = false;
     } else {
       return Unsupported(absl::StrCat("Metaspace prepend_scheme ", scheme->dump()));
     }
     return absl::OkStatus();
   }
-  const auto prefix = m.find("add_prefix_space");
-  add_prefix = prefix == m.end() || !prefix->is_boolean() || prefix->get<bool>();
+  const auto add_prefix = m.find("add_prefix_space");
+  prefix = add_prefix == m.end() || !add_prefix->is_boolean() || add_prefix->get<bool>();
   return absl::OkStatus();
 }
 
-absl::Status ReadPreTokenizer(const json& t, Proto& proto, bool& whitespace_split) {
+absl::Status ReadPreTokenizer(const json& t, Whitespace& ws) {
   std::vector<json> steps;
   if (TypeOf(t) == "Sequence") {
     const auto it = t.find("pretokenizers");
@@ -98,22 +128,19 @@ absl::Status ReadPreTokenizer(const json& t, Proto& proto, bool& whitespace_spli
   } else if (!t.is_null()) {
     steps.push_back(t);
   }
-  const bool split = !steps.empty() && TypeOf(steps[0]) == "WhitespaceSplit";
-  if (steps.size() != (split ? 2u : 1u) || TypeOf(steps.back()) != "Metaspace") {
+  ws.whitespace_split = !steps.empty() && TypeOf(steps[0]) == "WhitespaceSplit";
+  if (steps.size() != (ws.whitespace_split ? 2u : 1u) || TypeOf(steps.back()) != "Metaspace") {
     return Unsupported("pre_tokenizer (only Metaspace, alone or after WhitespaceSplit)");
   }
-  whitespace_split = split;
-  proto.normalizer.remove_extra_whitespaces = split;
-  proto.normalizer.escape_whitespaces = true;
-  return ReadMetaspace(steps.back(), proto.normalizer.add_dummy_prefix);
+  return ReadMetaspace(steps.back(), ws.prefix, ws.prefix_first_only);
 }
 
-absl::Status ReadDecoder(const json& d, const Proto& proto) {
+absl::Status ReadDecoder(const json& d, const Whitespace& ws) {
   if (d.is_null()) return absl::OkStatus();
   if (TypeOf(d) != "Metaspace") return Unsupported(absl::StrCat("decoder \"", TypeOf(d), "\""));
-  bool add_prefix = true;
-  if (absl::Status s = ReadMetaspace(d, add_prefix); !s.ok()) return s;
-  if (add_prefix != proto.normalizer.add_dummy_prefix) {
+  bool prefix = true, first_only = false;
+  if (absl::Status s = ReadMetaspace(d, prefix, first_only); !s.ok()) return s;
+  if (prefix != ws.prefix) {
     return Unsupported("decoder Metaspace whose prefix setting differs from the pre_tokenizer's");
   }
   return absl::OkStatus();
@@ -181,25 +208,35 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadUnigramTokenizerJson(const json& 
     }
   }
 
-  bool whitespace_split = false;
+  Whitespace ws;
   for (const char* key : {"normalizer", "pre_tokenizer", "decoder"}) {
     const auto it = root.find(key);
     const json& value = it == root.end() ? json() : *it;
     if (!value.is_null() && !value.is_object()) return Bad(absl::StrCat(key, " is not an object"));
     absl::Status s;
-    if (std::string_view(key) == "normalizer") s = ReadNormalizer(value, proto);
-    if (std::string_view(key) == "pre_tokenizer")
-      s = ReadPreTokenizer(value, proto, whitespace_split);
-    if (std::string_view(key) == "decoder") s = ReadDecoder(value, proto);
+    if (std::string_view(key) == "normalizer") s = ReadNormalizer(value, proto, ws);
+    if (std::string_view(key) == "pre_tokenizer") s = ReadPreTokenizer(value, ws);
+    if (std::string_view(key) == "decoder") s = ReadDecoder(value, ws);
     if (!s.ok()) return s;
   }
+  // Strip(right) and Replace(" {2,}" -> "▁") come as a pair (transformers' SpmConverter); with
+  // Metaspace after them they drop leading, trailing and repeated spaces as SentencePiece does.
+  if (ws.strip_right != ws.collapse_spaces) {
+    return Unsupported(absl::StrCat("normalizer ", ws.strip_right ? "Strip" : "Replace",
+                                    " without the ", ws.strip_right ? "Replace" : "Strip",
+                                    " that folds whitespace with it"));
+  }
+  proto.normalizer.remove_extra_whitespaces = ws.whitespace_split || ws.strip_right;
+  proto.normalizer.escape_whitespaces = true;
+  proto.normalizer.add_dummy_prefix = ws.prefix;
 
   UnigramBuildOptions options;
   options.names = names;
   options.fingerprint = std::move(fingerprint);
   options.source = std::string(kFile);
   options.kind = "unigram";
-  options.unicode_whitespace_is_space = whitespace_split;
+  options.unicode_whitespace_is_space = ws.whitespace_split;
+  options.dummy_prefix_at_start_only = ws.prefix_first_only;
   return BuildUnigramTokenizer(std::move(proto), std::move(options));
 }
 

@@ -46,7 +46,8 @@ absl::StatusOr<std::vector<int32_t>> UnigramTokenizer::Encode(std::string_view t
     if (seg.id >= 0) {
       ids.push_back(seg.id);
     } else {
-      spec_.model->Encode(normalizer_.Normalize(text.substr(seg.begin, seg.end - seg.begin)), ids);
+      spec_.model->Encode(
+          normalizer_.Normalize(text.substr(seg.begin, seg.end - seg.begin), seg.begin == 0), ids);
     }
   }
   return ids;
@@ -144,6 +145,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildUnigramTokenizer(SentencePieceMo
   normalizer.remove_extra_whitespaces = proto.normalizer.remove_extra_whitespaces;
   normalizer.escape_whitespaces = proto.normalizer.escape_whitespaces;
   normalizer.unicode_whitespace_is_space = options.unicode_whitespace_is_space;
+  normalizer.dummy_prefix_at_start_only = options.dummy_prefix_at_start_only;
   for (const auto& p : proto.pieces) {
     if (p.type == PieceType::kUserDefined) normalizer.verbatim_pieces.push_back(p.piece);
   }

@@ -65,6 +65,7 @@ struct UnigramBuildOptions {
   std::string source;                        // the file, to start every error ("tokenizer.model")
   std::string kind;                          // Tokenizer::kind()
   bool unicode_whitespace_is_space = false;  // SentencePieceNormalizerSpec's
+  bool dummy_prefix_at_start_only = false;   // SentencePieceNormalizerSpec's
 };
 
 // A Unigram SentencePiece model as a Tokenizer (BPE models go through sentencepiece_tokenizer.cc).

@@ -9,7 +9,11 @@ whitespace); a Metaspace decoder. Control and unknown pieces become special adde
 user-defined pieces non-special ones. Also writes tokenizer_config.json naming eos (and bos when
 the model has one).
 
-Usage: /usr/bin/python3 sp_unigram_to_tokenizer_json.py spiece.model out_dir
+With --current-layout, writes what transformers' SpmConverter writes today instead (the T5 files
+on the Hub predate it): Precompiled, Strip(right) and Replace(" {2,}" -> "▁") as normalizer,
+Metaspace(prepend_scheme "always") alone as pre-tokenizer.
+
+Usage: /usr/bin/python3 sp_unigram_to_tokenizer_json.py spiece.model out_dir [--current-layout]
 """
 import base64
 import json
@@ -23,7 +27,7 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE = "\u2581"
 
 
-def convert(model_path, out_dir):
+def convert(model_path, out_dir, current_layout=False):
     proto = model_pb2.ModelProto()
     with open(model_path, "rb") as f:
         proto.ParseFromString(f.read())
@@ -43,14 +47,26 @@ def convert(model_path, out_dir):
                          "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]}
     else:
         pre_tokenizer = metaspace
+    normalizer = {"type": "Precompiled",
+                  "precompiled_charsmap": base64.b64encode(charsmap).decode("ascii")
+                  if charsmap else None}
+    if current_layout:
+        if not norm.remove_extra_whitespaces:
+            raise SystemExit("--current-layout needs a model that removes extra whitespace")
+        normalizer = {"type": "Sequence", "normalizers": [
+            normalizer,
+            {"type": "Strip", "left": False, "right": True},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": SPACE}]}
+        metaspace = {"type": "Metaspace", "replacement": SPACE,
+                     "prepend_scheme": "always" if norm.add_dummy_prefix else "never",
+                     "split": True}
+        pre_tokenizer = metaspace
     tokenizer = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
-        "normalizer": {"type": "Precompiled",
-                       "precompiled_charsmap": base64.b64encode(charsmap).decode("ascii")
-                       if charsmap else None},
+        "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": None,
         "decoder": dict(metaspace),
@@ -76,6 +92,6 @@ def convert(model_path, out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["--current-layout"]):
         raise SystemExit(__doc__)
-    convert(sys.argv[1], sys.argv[2])
+    convert(sys.argv[1], sys.argv[2], sys.argv[3:] == ["--current-layout"])

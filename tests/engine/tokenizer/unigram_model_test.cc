@@ -337,6 +337,22 @@ TEST(UnigramModelTest, TokenizerJsonLoadsAndEncodes) {
   EXPECT_EQ(*(*tok)->Decode({4, 2, 5, 1}), "a b</s>");
 }
 
+// prepend_scheme "first" (transformers' non-legacy tokenizers): "▁" only where the input begins,
+// not after an added token; "always" after each.
+TEST(UnigramModelTest, TokenizerJsonPrependSchemes) {
+  for (const char* scheme : {"always", "first"}) {
+    nlohmann::json j = UnigramJson();
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}};
+    j["decoder"] = j["pre_tokenizer"];
+    auto tok = LoadTokenizerJson(j.dump(), {}, "0");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const bool first = std::string_view(scheme) == "first";
+    EXPECT_EQ(*(*tok)->Encode("a</s>a"), (std::vector<int32_t>{4, 1, first ? 3 : 4})) << scheme;
+    EXPECT_EQ(*(*tok)->Encode("</s>a"), (std::vector<int32_t>{1, first ? 3 : 4})) << scheme;
+  }
+}
+
 TEST(UnigramModelTest, MalformedTokenizerJsonIsAnErrorNamingWhat) {
   const struct {
     const char* pointer;
@@ -360,6 +376,17 @@ TEST(UnigramModelTest, MalformedTokenizerJsonIsAnErrorNamingWhat) {
       {"/pre_tokenizer/pretokenizers/1/replacement", "_", absl::StatusCode::kUnimplemented,
        "Metaspace replacement"},
       {"/decoder/type", "ByteLevel", absl::StatusCode::kUnimplemented, "decoder \"ByteLevel\""},
+      {"/decoder/add_prefix_space", false, absl::StatusCode::kUnimplemented,
+       "prefix setting differs"},
+      {"/normalizer", nlohmann::json::parse(R"({"type": "Strip", "left": false, "right": true})"),
+       absl::StatusCode::kUnimplemented, "Strip without the Replace"},
+      {"/normalizer", nlohmann::json::parse(R"({"type": "Strip", "left": true, "right": true})"),
+       absl::StatusCode::kUnimplemented, "Strip (only right=true"},
+      {"/normalizer",
+       nlohmann::json::parse(R"({"type": "Replace", "pattern": {"Regex": " +"}, "content": " "})"),
+       absl::StatusCode::kUnimplemented, "normalizer Replace"},
+      {"/pre_tokenizer/pretokenizers/1/prepend_scheme", "sometimes",
+       absl::StatusCode::kUnimplemented, "prepend_scheme"},
       {"/added_tokens/1/content", "<eos>", absl::StatusCode::kUnimplemented, "added token"},
       {"/model/byte_fallback", true, absl::StatusCode::kInvalidArgument, "<0x00> is missing"},
   };

@@ -43,12 +43,13 @@ fs::path ModelDir(const fs::path& model, const std::string& name) {
   return d;
 }
 
-// tokenizer.json + tokenizer_config.json converted from the model by our script.
-fs::path JsonDir(const fs::path& model, const std::string& name) {
-  const fs::path d = ScratchDir() / ("unigram_json_" + name);
-  const std::string cmd = "/usr/bin/python3 " +
-                          Quote(ToolsDir() / "sp_unigram_to_tokenizer_json.py") + " " +
-                          Quote(model) + " " + Quote(d);
+// tokenizer.json + tokenizer_config.json converted from the model by our script, in the layout of
+// the T5 files on the Hub, or with `current_layout` in the one transformers writes today.
+fs::path JsonDir(const fs::path& model, const std::string& name, bool current_layout = false) {
+  const fs::path d = ScratchDir() / ("unigram_json_" + name + (current_layout ? "_current" : ""));
+  const std::string cmd =
+      "/usr/bin/python3 " + Quote(ToolsDir() / "sp_unigram_to_tokenizer_json.py") + " " +
+      Quote(model) + " " + Quote(d) + (current_layout ? " --current-layout" : "");
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return d;
 }
@@ -149,6 +150,11 @@ TEST(UnigramParityTest, TokenizerJsonWithByteFallbackMatchesLibsentencepiece) {
   ExpectParity(model, JsonDir(model, "bytes"), "unigram");
 }
 
+TEST(UnigramParityTest, TokenizerJsonInTodaysLayoutMatchesLibsentencepiece) {
+  const fs::path& model = TrainedModel(true);
+  ExpectParity(model, JsonDir(model, "bytes", /*current_layout=*/true), "unigram");
+}
+
 // Without ../shared the models are trained on the parity sentences instead: that path works, is
 // deterministic, and matches too, so a fresh machine runs nothing untested.
 TEST(UnigramParityTest, TrainsWithoutSharedDeterministicallyAndMatches) {
@@ -181,7 +187,8 @@ TEST(UnigramParityTest, WhitespaceAndEdgeCases) {
     SpProcessor sp;
     ASSERT_EQ(sp.LoadFromFile(model.string()), "");
     const std::string name = byte_fallback ? "bytes" : "plain";
-    for (const fs::path& dir : {ModelDir(model, name), JsonDir(model, name)}) {
+    for (const fs::path& dir :
+         {ModelDir(model, name), JsonDir(model, name), JsonDir(model, name, true)}) {
       const Tokenizer& tok = Cached(dir);
       for (const std::string t :
            {"Sentence: great movie\nLabel: positive\n\n", "a\n\n\nb", "line one\r\nline two\r\n",
