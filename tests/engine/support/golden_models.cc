@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "engine/model/arch_traits.h"
 #include "engine/model/tiny_model.h"
 #include "gtest/gtest.h"
 
@@ -76,6 +77,12 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
     EXPECT_TRUE(status.ok()) << status;
   }
   return dir;
+}
+
+bool UsesAlibi(const std::string& name) {
+  auto config = ParseModelConfig(GoldenModelDir(name) / "config.json");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() && TraitsOf(config->architecture).position == PositionKind::kAlibi;
 }
 
 CpuBackend& TestBackend() {
