@@ -18,6 +18,7 @@ constexpr char kUsage[] =
     "[--target=HOST:PORT [--target_pid=PID] [--target_metrics_port=N]]\n"
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
+    "              (--family=t5: a T5-base-shaped encoder's prefill vs the same sgemm)\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
     "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read "
     "(--backend=cuda: into GPU memory)\n"
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
       options.repeats = std::stoi(value);
     } else if (Flag(argv[i], "--tokens", &value)) {
       options.tokens = std::stoll(value);
+    } else if (Flag(argv[i], "--family", &value)) {
+      options.family = value;
     } else if (Flag(argv[i], "--data_dir", &value)) {
       options.data_dir = value;
     } else if (Flag(argv[i], "--tokenizer_dir", &value)) {

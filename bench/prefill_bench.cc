@@ -113,6 +113,7 @@ std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir) {
 }
 
 int RunPrefillBench(const BenchOptions& options) {
+  if (options.family == "t5") return RunT5PrefillBench(options);
   Report report("prefill", options.json);
   const int threads = options.threads;
   report.AddText("blas_kernel", BlasKernelDescription());

@@ -20,26 +20,35 @@ namespace {
 using cpu_internal::RequireF32;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kMaxRowBlock = 64;
+constexpr int64_t kMaxRowBlock = 128;
 constexpr int64_t kScoreBudget = int64_t{1} << 21;  // floats of scores per thread (8 MiB)
 
-// softmax of one score row in place (the probabilities), returning its log-sum-exp; a row that
-// sees no key (all -inf) becomes zeros with lse -inf.
-float SoftmaxRow(float* s, int64_t n) {
+// One score row (plus its bias row, when there is one) into unnormalised probabilities
+// exp(s - max), in two passes; returns the row's sum of them and sets its log-sum-exp. A row that
+// sees no key (all -inf) becomes zeros with sum 0 and lse -inf. The caller divides the output by
+// the sum (dim values) rather than the probabilities (kv_len values).
+float ExpRow(float* s, const float* bias, int64_t n, float& lse) {
   float max = kNegInf;
-  for (int64_t j = 0; j < n; ++j) max = std::max(max, s[j]);
+  if (bias != nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      s[j] += bias[j];
+      max = std::max(max, s[j]);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) max = std::max(max, s[j]);
+  }
   if (max == kNegInf) {
     std::fill(s, s + n, 0.0f);
-    return kNegInf;
+    lse = kNegInf;
+    return 0.0f;
   }
   float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     s[j] = vmath::Exp(s[j] - max);
     sum += s[j];
   }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
-  return max + std::log(sum);
+  lse = max + std::log(sum);
+  return sum;
 }
 
 }  // namespace
@@ -116,17 +125,20 @@ absl::Status CpuBackend::AttendBiasedImpl(const Tensor& q,
                 static_cast<int>(n), static_cast<int>(dim), scale, qp + row0 * q_ld + it.head * dim,
                 static_cast<int>(q_ld), k, static_cast<int>(kv_ld), 0.0f, s.data(),
                 static_cast<int>(n));
+    float sums[kMaxRowBlock];
     for (int64_t r = 0; r < rows; ++r) {
-      float* sr = s.data() + r * n;
-      if (seq.bias != nullptr) {
-        const float* br = seq.bias->data<float>() + (it.head * seq.q_len + it.r0 + r) * n;
-        for (int64_t j = 0; j < n; ++j) sr[j] += br[j];
-      }
-      lse[r * heads] = SoftmaxRow(sr, n);
+      const float* br = seq.bias == nullptr
+                            ? nullptr
+                            : seq.bias->data<float>() + (it.head * seq.q_len + it.r0 + r) * n;
+      sums[r] = ExpRow(s.data() + r * n, br, n, lse[r * heads]);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                 static_cast<int>(dim), static_cast<int>(n), 1.0f, s.data(), static_cast<int>(n), v,
                 static_cast<int>(kv_ld), 0.0f, o, static_cast<int>(q_ld));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = sums[r] == 0.0f ? 0.0f : 1.0f / sums[r];
+      for (int64_t d = 0; d < dim; ++d) o[r * q_ld + d] *= inv;
+    }
   });
   return absl::OkStatus();
 }
