@@ -14,6 +14,8 @@ EncodedContext SameMetadata(const EncodedContext& ctx) {
   out.tokens = ctx.tokens;
   out.kv.len = ctx.kv.len;
   out.kv.log_weight = ctx.kv.log_weight;
+  // The keys' position ids (ALiBi models; 4 bytes a token) stay where they are, shared.
+  out.kv.positions = ctx.kv.positions;
   return out;
 }
 
@@ -78,6 +80,7 @@ absl::StatusOr<std::optional<EncodedContext>> HostTier::Restore(const std::strin
   auto device = AllocateContext(backend_, *shape);
   if (!device.ok()) return device.status();
   device->kv.log_weight = host.kv.log_weight;
+  device->kv.positions = host.kv.positions;
   for (size_t l = 0; l < host.kv.k.size(); ++l) {
     backend_.CopyFromHostAsync(host.kv.k[l], device->kv.k[l]);
     backend_.CopyFromHostAsync(host.kv.v[l], device->kv.v[l]);

@@ -129,6 +129,7 @@ absl::StatusOr<EncodedContext> ConvertContext(const EncodedContext& ctx, DType d
   if (!allocated.ok()) return allocated.status();
   EncodedContext& out = *allocated;
   out.kv.log_weight = ctx.kv.log_weight;
+  out.kv.positions = ctx.kv.positions;  // i32 position ids (ALiBi models): not converted, shared
   // On the device: the backend's Convert rounds to nearest even, as ConvertElements does.
   for (size_t l = 0; l < ctx.kv.k.size(); ++l) {
     backend.Convert(FlatRows(ctx.kv.k[l], shape->tokens), FlatRows(out.kv.k[l], shape->tokens));
