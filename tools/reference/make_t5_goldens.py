@@ -5,10 +5,12 @@ then run through t5_reference.py. From the repository root:
 
   /usr/bin/python3 tools/reference/make_t5_goldens.py --binary=build/tools/make-tiny-t5
 
-Per model and input: the encoder states (every value), and the teacher-forced decoder's logits
+Per model and input: the encoder states (every value), the teacher-forced decoder's logits
 for a target that starts with decoder_start_token_id (over a vocabulary subset that includes
 every argmax, plus each row's argmax and log-sum-exp over the whole vocabulary, so the full
-distribution is checked too). Numbers are the shortest decimal of the float32 value.
+distribution is checked too), candidate answers with their summed and mean log-probabilities,
+and the greedy generation of up to GREEDY_TOKENS tokens. Numbers are the shortest decimal of the
+float32 value.
 """
 
 import argparse
@@ -36,6 +38,8 @@ MODELS = [
          heads=6, buckets=16, max_distance=20, feed_forward_proj="gated-gelu", tie=False,
          dtype="bf16", shards=2, seed=12, input_lengths=[5, 26, 61], target_length=9),
 ]
+
+GREEDY_TOKENS = 6
 
 SPEC_KEYS = ["vocab_size", "d_model", "d_kv", "d_ff", "layers", "decoder_layers", "heads",
              "buckets", "max_distance", "feed_forward_proj", "tie", "dtype", "shards", "seed"]
@@ -70,6 +74,10 @@ def main():
         v = spec["vocab_size"]
         start = model.c.get("decoder_start_token_id", 0)
         cases = []
+        # Candidates from their own generator, so the inputs and targets above never change.
+        cand_rng = np.random.default_rng(3000 + spec["seed"])
+        eos = model.c.get("eos_token_id", 1)
+        scoring = []
         for n in spec["input_lengths"]:
             ids = [int(x) for x in rng.integers(2, v, size=n)]
             target = [start] + [int(x) for x in rng.integers(2, v, size=spec["target_length"] - 1)]
@@ -79,18 +87,27 @@ def main():
             prefix = model.decode(states, target[:4])
             assert np.allclose(prefix, logits[:4], atol=1e-9), "decoder is not causal"
             cases.append((ids, target, states, logits))
+            candidates = [[int(x) for x in cand_rng.integers(2, v, size=m)] + [eos]
+                          for m in (0, 2, 4)]
+            scores = [model.score(states, cand) for cand in candidates]
+            generated, ended, margin = model.greedy(states, GREEDY_TOKENS)
+            assert margin > 1e-3, f"greedy top-2 margin {margin} too small for a stable golden"
+            scoring.append((candidates, scores, generated, ended))
         argmaxes = sorted({int(i) for c in cases for i in c[3].argmax(axis=-1)})
         subset = sorted(set(int(round(x)) for x in np.linspace(0, v - 1, 64)) | set(argmaxes))
         parts = []
-        for ids, target, states, logits in cases:
+        for (ids, target, states, logits), (cands, scores, generated, ended) in zip(cases, scoring):
             top = logits.max(axis=-1, keepdims=True)
             lse = (top[:, 0] + np.log(np.exp(logits - top).sum(axis=-1))).tolist()
             parts.append(
                 '{"input":%s,\n"encoder_states":[%s],\n"target":%s,\n"logits":[%s],\n'
-                '"argmax":%s,"logsumexp":%s}' % (
+                '"argmax":%s,"logsumexp":%s,\n"candidates":%s,"sum_logprob":%s,"mean_logprob":%s,'
+                '"greedy":%s,"greedy_ended_with_eos":%s}' % (
                     json.dumps(ids), ",".join(numbers(row) for row in states),
                     json.dumps(target), ",".join(numbers(row[subset]) for row in logits),
-                    json.dumps([int(i) for i in logits.argmax(axis=-1)]), numbers(lse)))
+                    json.dumps([int(i) for i in logits.argmax(axis=-1)]), numbers(lse),
+                    json.dumps(cands), numbers([t for t, _ in scores]),
+                    numbers([m for _, m in scores]), json.dumps(generated), json.dumps(ended)))
         model_json = json.dumps({k: spec[k] for k in SPEC_KEYS})
         text = '{"model":%s,\n"regenerate":%s,\n"vocab_subset":%s,\n"cases":[\n%s]}\n' % (
             model_json, json.dumps(regenerate), json.dumps(subset), ",\n".join(parts))

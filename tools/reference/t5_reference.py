@@ -143,3 +143,28 @@ class T5Model:
         if self.tied:
             out = out * self.d_model ** -0.5
         return out @ self.lm_head.T
+
+    def score(self, states, candidate):
+        """Sum and mean of log p(candidate token | input, prefix): the decoder reads
+        decoder_start_token_id then the candidate but its last token."""
+        start = self.c.get("decoder_start_token_id", 0)
+        logits = self.decode(states, [start] + list(candidate[:-1]))
+        top = logits.max(axis=-1, keepdims=True)
+        log_probs = logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
+        total = float(sum(log_probs[i, t] for i, t in enumerate(candidate)))
+        return total, total / len(candidate)
+
+    def greedy(self, states, max_new_tokens):
+        """Greedy decoding: (tokens without start and eos, ended_with_eos, smallest top-2 margin)."""
+        start = self.c.get("decoder_start_token_id", 0)
+        eos = self.c.get("eos_token_id", 1)
+        seq, margin = [start], np.inf
+        for _ in range(max_new_tokens):
+            row = self.decode(states, seq)[-1]
+            top2 = np.sort(row)[-2:]
+            margin = min(margin, float(top2[1] - top2[0]))
+            token = int(row.argmax())
+            if token == eos:
+                return seq[1:], True, margin
+            seq.append(token)
+        return seq[1:], False, margin

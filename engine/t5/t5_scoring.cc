@@ -1,0 +1,105 @@
+#include "engine/t5/t5_scoring.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace manyshot {
+namespace {
+
+// log softmax(row)[token], in double.
+double LogProb(const float* row, int64_t vocab, int32_t token) {
+  const float top = *std::max_element(row, row + vocab);
+  double sum = 0;
+  for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j]) - top);
+  return static_cast<double>(row[token]) - top - std::log(sum);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Candidates(
+    const T5Model& model, const T5EncoderOutput& encoded, int64_t input,
+    absl::Span<const std::vector<int32_t>> candidates) {
+  const T5Config& c = model.config();
+  std::vector<std::vector<int32_t>> inputs(candidates.size());
+  std::vector<std::vector<int64_t>> rows(candidates.size());
+  std::vector<KvCache> caches;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::vector<int32_t>& cand = candidates[i];
+    if (cand.empty()) return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " is empty"));
+    for (size_t t = 0; t < cand.size(); ++t) {
+      if (cand[t] < 0 || cand[t] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " token ", t, ": id ",
+                                                       cand[t], " is outside the vocabulary [0, ",
+                                                       c.vocab_size, ")"));
+      }
+    }
+    inputs[i].push_back(static_cast<int32_t>(c.decoder_start_token_id));
+    inputs[i].insert(inputs[i].end(), cand.begin(), cand.end() - 1);
+    for (size_t r = 0; r < cand.size(); ++r) rows[i].push_back(static_cast<int64_t>(r));
+    caches.push_back(model.NewDecoderCache(static_cast<int64_t>(cand.size())));
+  }
+  std::vector<T5DecoderSequence> batch;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    batch.push_back({inputs[i], &caches[i], &encoded, input, rows[i]});
+  }
+  auto result = model.Decode(batch);
+  if (!result.ok()) return result.status();
+  std::vector<T5CandidateScore> scores(candidates.size());
+  size_t row = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    for (int32_t token : candidates[i]) {
+      scores[i].sum_logprob += LogProb(result->row(row++), result->vocab_size, token);
+    }
+    scores[i].tokens = static_cast<int64_t>(candidates[i].size());
+    scores[i].mean_logprob = scores[i].sum_logprob / static_cast<double>(scores[i].tokens);
+  }
+  return scores;
+}
+
+absl::StatusOr<std::vector<T5Generation>> GenerateT5Greedy(const T5Model& model,
+                                                           const T5EncoderOutput& encoded,
+                                                           int64_t max_new_tokens) {
+  if (max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 0, got ", max_new_tokens));
+  }
+  const T5Config& c = model.config();
+  const int64_t n = encoded.inputs();
+  std::vector<T5Generation> out(static_cast<size_t>(n));
+  std::vector<KvCache> caches;
+  std::vector<int32_t> next(static_cast<size_t>(n), static_cast<int32_t>(c.decoder_start_token_id));
+  std::vector<bool> done(static_cast<size_t>(n), max_new_tokens == 0);
+  for (int64_t i = 0; i < n; ++i) caches.push_back(model.NewDecoderCache(max_new_tokens + 1));
+  const std::vector<int64_t> last = {0};
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    std::vector<T5DecoderSequence> batch;
+    std::vector<int64_t> which;
+    for (int64_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      batch.push_back({absl::Span<const int32_t>(&next[i], 1), &caches[i], &encoded, i, last});
+      which.push_back(i);
+    }
+    if (batch.empty()) break;
+    auto result = model.Decode(batch);
+    if (!result.ok()) return result.status();
+    for (size_t b = 0; b < which.size(); ++b) {
+      const float* row = result->row(b);
+      const auto token =
+          static_cast<int32_t>(std::max_element(row, row + result->vocab_size) - row);
+      T5Generation& g = out[which[b]];
+      if (token == c.eos_token_id) {
+        g.ended_with_eos = true;
+        done[which[b]] = true;
+        continue;
+      }
+      g.tokens.push_back(token);
+      next[which[b]] = token;
+      if (static_cast<int64_t>(g.tokens.size()) == max_new_tokens) done[which[b]] = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace manyshot
