@@ -163,6 +163,7 @@ int RunEval(const CliContext& cli) {
     return ReportUsageError(cmd, "--test_limit must be >= 0");
   plan.test_limit = static_cast<size_t>(absl::GetFlag(FLAGS_test_limit));
   plan.group_length = absl::GetFlag(FLAGS_group_length);
+  plan.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
   if (absl::GetFlag(FLAGS_batch) < 1) return ReportUsageError(cmd, "--batch must be >= 1");
   plan.batch = static_cast<size_t>(absl::GetFlag(FLAGS_batch));
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace manyshot::client {
 namespace {
@@ -28,6 +29,15 @@ std::string_view Strip(std::string_view text) {
   absl::string_view stripped =
       absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
   return std::string_view(stripped.data(), stripped.size());
+}
+
+// harvardnlp's MR and Subj files are Latin-1 where they are not ASCII ("cr\xe8me"): a line that is
+// not valid UTF-8 is read as Latin-1, every byte one code point.
+std::string Latin1IfNotUtf8(std::string_view text) {
+  if (ValidateUtf8(text).ok()) return std::string(text);
+  std::string out;
+  for (char c : text) AppendUtf8(static_cast<unsigned char>(c), out);
+  return out;
 }
 
 absl::StatusOr<std::vector<Record>> ReadRecords(const std::string& path,
@@ -79,7 +89,7 @@ std::vector<Record> ParseLabelFirstLines(std::string_view content, char label_de
     if (label_delimiter != 0) label = label.substr(0, label.find(label_delimiter));
     nlohmann::json fields = nlohmann::json::object();
     fields["label"] = std::string(label);
-    fields["text"] = std::string(Strip(line.substr(space)));
+    fields["text"] = Latin1IfNotUtf8(Strip(line.substr(space)));
     records.push_back(Record{line_number, std::move(fields)});
   }
   return records;
@@ -118,6 +128,7 @@ absl::StatusOr<EvalDataset> LoadPresetDataset(const DatasetPreset& preset,
   dataset.name = preset.name;
   dataset.input_template = preset.input_template;
   dataset.labels = preset.labels;
+  dataset.max_query_tokens = preset.max_query_tokens;
   auto train = read(preset.train_file);
   if (!train.ok()) return train.status();
   dataset.train = std::move(*train);

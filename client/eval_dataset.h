@@ -20,6 +20,7 @@ struct EvalDataset {
   std::string name;                 // the preset, or the training file's name
   std::string input_template;       // the task template
   std::vector<std::string> labels;  // label words; empty: a generation task (exact match)
+  uint32_t max_query_tokens = 0;    // the preset's room for a test input (0: server default)
   std::vector<v1::Demonstration> train;
   std::vector<v1::Demonstration> test;  // inputs with their gold answer as `label`
 };
@@ -38,7 +39,8 @@ void HoldOutEveryTenth(std::vector<v1::Demonstration>* train, std::vector<v1::De
 
 // "LABEL TEXT" lines as records {"label": LABEL, "text": TEXT}; the label ends at the first space
 // or, with `label_delimiter`, at that character (the rest of the first word is dropped). Blank
-// lines and lines holding only a label (custrev.all has a few) are skipped.
+// lines and lines holding only a label (custrev.all has a few) are skipped; a line that is not
+// valid UTF-8 is read as Latin-1 (harvardnlp's MR and Subj files).
 std::vector<Record> ParseLabelFirstLines(std::string_view content, char label_delimiter = 0);
 
 // Reads a preset's files under `datasets_dir` (the folder holding sst2_cbu/, trec_lu/, ...).

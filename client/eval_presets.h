@@ -5,6 +5,7 @@
 // label_configs_lu (yaolu/ordered-prompt), and `source` says which.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -39,6 +40,9 @@ struct DatasetPreset {
   std::vector<std::string> labels;      // label words, in label-index order
   std::vector<std::string> raw_labels;  // the raw value in the file of each label word
   std::string source;                   // where template and label words come from
+  // Room for a test input in tokens (the task's max_query_tokens) where the server's default
+  // (128) is too small for the dataset's longest test inputs; 0: the server's default.
+  uint32_t max_query_tokens = 0;
 };
 
 // Every preset, in a stable order.

@@ -156,9 +156,14 @@ absl::StatusOr<std::vector<uint32_t>> ClassifyAll(const CliContext& cli, const s
     }
     if (response.error().code() != 0) {
       if (error.ok()) {
+        const std::string& message = response.error().message();
         error = absl::Status(
             static_cast<absl::StatusCode>(response.error().code()),
-            absl::StrCat("StreamClassify ", task_id, ": ", response.error().message()));
+            absl::StrCat("StreamClassify ", task_id, ": ", message,
+                         message.find("max_query_tokens") != std::string::npos
+                             ? " (give --max_query_tokens=N: the room for a test input, taken "
+                               "from the group length)"
+                             : ""));
       }
       return;
     }
@@ -342,6 +347,8 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
   spec.set_input_template(dataset.input_template);
   for (const std::string& label : dataset.labels) spec.add_labels(label);
   spec.set_group_length(plan.group_length);
+  spec.set_max_query_tokens(plan.max_query_tokens != 0 ? plan.max_query_tokens
+                                                       : dataset.max_query_tokens);
   // Whole demonstrations per group, so that the first group holds exactly the demonstrations
   // CONVENTIONAL's single window takes (docs/structured_prompting.md, "Groups", "CONVENTIONAL");
   // a demonstration longer than a group keeps its end rather than failing the task.

@@ -37,8 +37,10 @@ struct EvalPlan {
   uint64_t first_seed = 1;  // also orders the test split
   size_t test_limit = 200;  // most test inputs (0: all)
   uint32_t group_length = 0;  // 0: the server's default (context window - query - answer room)
-  size_t batch = 16;          // inputs per StreamClassify request
-  std::string task_prefix;    // unique task names start with it; empty: "eval-<pid>-<random>"
+  // Room for a test input in tokens; 0: the dataset's (preset's) value, else the server default.
+  uint32_t max_query_tokens = 0;
+  size_t batch = 16;        // inputs per StreamClassify request
+  std::string task_prefix;  // unique task names start with it; empty: "eval-<pid>-<random>"
 };
 
 // One (mode, shots) cell.

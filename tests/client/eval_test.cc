@@ -75,6 +75,16 @@ TEST(EvalDatasetTest, LabelFirstLinesWithAndWithoutDelimiter) {
   EXPECT_EQ(plain[0].fields["text"], "a good film");
   EXPECT_EQ(plain[1].fields["text"], "dull .");
   EXPECT_EQ(plain[1].line, 4);
+  std::vector<Record> latin1 = ParseLabelFirstLines(
+      "1 cr\xe8"
+      "me br\xfbl\xe9"
+      "e\n1 caf\xc3\xa9\n");
+  ASSERT_EQ(latin1.size(), 2u);
+  EXPECT_EQ(latin1[0].fields["text"],
+            "cr\xc3\xa8"
+            "me br\xc3\xbbl\xc3\xa9"
+            "e");
+  EXPECT_EQ(latin1[1].fields["text"], "caf\xc3\xa9");  // valid UTF-8 stays as it is
   std::vector<Record> trec = ParseLabelFirstLines("DESC:manner How did it go ?\n", ':');
   ASSERT_EQ(trec.size(), 1u);
   EXPECT_EQ(trec[0].fields["label"], "DESC");
