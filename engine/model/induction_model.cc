@@ -25,6 +25,21 @@ absl::Status ValidateSpec(const InductionModelSpec& s) {
     return Bad(absl::StrCat("code_dims must be a multiple of 4 in [4, 4096], got ", s.code_dims));
   }
   if (s.vocab_size < 1) return Bad("vocab_size must be positive");
+  // The kernel is checked (numerically, at rope_theta 1e12) up to 2^17 positions.
+  if (s.max_position_embeddings < 2 || s.max_position_embeddings > (int64_t{1} << 17)) {
+    return Bad(absl::StrCat("max_position_embeddings must be in [2, 131072], got ",
+                            s.max_position_embeddings));
+  }
+  // The slowest pair that carries codes turns by 1/sqrt(rope_theta) per position; over the whole
+  // context it must stay small (0.13 rad at 2^17 positions and 1e12), or matches blur.
+  const double drift =
+      static_cast<double>(s.max_position_embeddings) / std::sqrt(static_cast<double>(s.rope_theta));
+  if (!(drift <= 0.15)) {
+    return Bad(absl::StrCat("rope_theta ", s.rope_theta, " is too small for a context of ",
+                            s.max_position_embeddings,
+                            " positions: the code pairs would turn by more than 0.15 rad "
+                            "(need max_position_embeddings / sqrt(rope_theta) <= 0.15)"));
+  }
   for (int64_t id : {s.bos_token_id, s.eos_token_id}) {
     if (id < 0 || id >= s.vocab_size) {
       return Bad(

@@ -10,8 +10,10 @@
 // - Layer 0, previous-token head: q and k are constant (biases only) and live in the rotary pairs
 //   that turn fast; k is q turned by one position's angle, so the score sum_f w cos((i-j-1)
 //   theta_f) peaks at j = i - 1 (a Dirichlet-like kernel) and is lower by at least
-//   `previous_token_gap` at every other distance. The value is the current-token code; the output
-//   goes to the second half of the stream ("previous token").
+//   `previous_token_gap` at every other distance (the nearest rivals are distances 0 and 2;
+//   checked numerically below 2^17 positions, the longest context the spec allows; rope_theta must
+//   be large so the slow pairs below barely turn). The value is the current-token code; the
+//   output goes to the second half of the stream ("previous token").
 // - Layer 1, induction head: q reads the current-token half, k the previous-token half, both in
 //   the rotary pairs that (with rope_theta 1e12) barely turn over the whole window, so the score is
 //   `match_logit` * (u_query . u_prev(key)): content, not position. A key whose previous token is
@@ -40,13 +42,13 @@ struct InductionModelSpec {
   int64_t vocab_size = 50257;    // GPT-2's; the tokenizer's must not be larger
   int64_t bos_token_id = 50256;  // GPT-2's <|endoftext|>
   int64_t eos_token_id = 50256;
-  int64_t code_dims = 128;  // m: hidden size and head dim are 2m; even
-  int64_t max_position_embeddings = 2048;
-  float rope_theta = 1e12f;
-  double previous_token_gap = 16;  // layer 0: score of the previous token minus any other's
-  double match_logit = 60;         // layer 1: score of a key whose previous token matches
-  double answer_gain = 3;          // copied token vs current token in the output
-  double answer_logit = 15;        // output logit of the copied token
+  int64_t code_dims = 128;                 // m: hidden size and head dim are 2m; even
+  int64_t max_position_embeddings = 2048;  // at most 2^17
+  float rope_theta = 1e12f;                // at least 1e9
+  double previous_token_gap = 16;          // layer 0: score of the previous token minus any other's
+  double match_logit = 60;                 // layer 1: score of a key whose previous token matches
+  double answer_gain = 3;                  // copied token vs current token in the output
+  double answer_logit = 15;                // output logit of the copied token
   uint64_t seed = 0;
   DType dtype = DType::kF32;
 };

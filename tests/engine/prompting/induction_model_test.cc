@@ -200,6 +200,14 @@ TEST(InductionModelSpecTest, SameSpecSameTensorsAndBadSpecsAreRejected) {
   spec.code_dims = 16;
   spec.bos_token_id = 1000;
   EXPECT_EQ(InductionModelConfig(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.bos_token_id = 999;
+  spec.max_position_embeddings = 1 << 18;
+  EXPECT_EQ(InductionModelConfig(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.max_position_embeddings = 2048;
+  spec.rope_theta = 10000;
+  EXPECT_EQ(InductionModelConfig(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.rope_theta = 1e12f;
+  EXPECT_TRUE(InductionModelConfig(spec).ok());
 }
 
 TEST_P(InductionModelTest, AQueryWhoseKeyWasShownGetsItsLabel) {
