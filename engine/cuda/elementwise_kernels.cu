@@ -375,9 +375,19 @@ __global__ void AddKernel(T* x, const T* y, int64_t n) {
   }
 }
 
-// V elements per access (inter a multiple of V and the bases aligned: see LaunchSwiGlu).
-template <typename T, int V>
-__global__ void SwiGluKernel(const T* gate_up, T* out, int64_t rows, int64_t inter) {
+struct ReluOp {
+  __device__ float operator()(float v) const { return v > 0.0f ? v : 0.0f; }
+};
+
+// The gate activations of the gated MLPs: SwiGlu (silu) and GeGlu (tanh-approximated GELU).
+struct SiluOp {
+  __device__ float operator()(float v) const { return v / (1.0f + expf(-v)); }
+};
+
+// out = act(gate) * up. V elements per access (inter a multiple of V and the bases aligned: see
+// LaunchGlu).
+template <typename T, int V, typename Act>
+__global__ void GluKernel(const T* gate_up, T* out, int64_t rows, int64_t inter, Act act) {
   const int64_t packs = inter / V;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const auto* g = reinterpret_cast<const Pack<T, V>*>(gate_up + r * 2 * inter);
@@ -389,10 +399,7 @@ __global__ void SwiGluKernel(const T* gate_up, T* out, int64_t rows, int64_t int
       const Pack<T, V> up = u[i];
       Pack<T, V> op;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float gv = ToF32(gp.v[j]);
-        op.v[j] = FromF32<T>(gv / (1.0f + expf(-gv)) * ToF32(up.v[j]));
-      }
+      for (int j = 0; j < V; ++j) op.v[j] = FromF32<T>(act(ToF32(gp.v[j])) * ToF32(up.v[j]));
       o[i] = op;
     }
   }
@@ -652,8 +659,11 @@ cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t strea
   });
 }
 
-cudaError_t LaunchSwiGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
-                         cudaStream_t stream) {
+namespace {
+
+template <typename Act>
+cudaError_t LaunchGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                      Act act, cudaStream_t stream) {
   if (rows < 0 || inter < 0) return cudaErrorInvalidValue;
   if (rows == 0 || inter == 0) return cudaSuccess;
   const bool aligned = AlignedTo(gate_up, 16) && AlignedTo(out, 16);
@@ -663,13 +673,42 @@ cudaError_t LaunchSwiGlu(const void* gate_up, void* out, ElemType type, int64_t 
     if (aligned && inter % V == 0) {
       const int threads = ThreadsFor(inter / V);
       const dim3 grid(BlocksFor(inter / V, threads), GridY(rows));
-      SwiGluKernel<T, V><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
-                                                       static_cast<T*>(out), rows, inter);
+      GluKernel<T, V><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
+                                                    static_cast<T*>(out), rows, inter, act);
     } else {
       const int threads = ThreadsFor(inter);
       const dim3 grid(BlocksFor(inter, threads), GridY(rows));
-      SwiGluKernel<T, 1><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
-                                                       static_cast<T*>(out), rows, inter);
+      GluKernel<T, 1><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
+                                                    static_cast<T*>(out), rows, inter, act);
+    }
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace
+
+cudaError_t LaunchSwiGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                         cudaStream_t stream) {
+  return LaunchGlu(gate_up, out, type, rows, inter, SiluOp{}, stream);
+}
+
+cudaError_t LaunchGeGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                        cudaStream_t stream) {
+  return LaunchGlu(gate_up, out, type, rows, inter, GeluTanhOp{}, stream);
+}
+
+cudaError_t LaunchRelu(void* x, ElemType type, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  const bool vec = AlignedTo(x, 16);
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    if (vec) {
+      UnaryKernel<T, V><<<BlocksFor(n / V, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n,
+                                                                             ReluOp{});
+    } else {
+      UnaryKernel<T, 1>
+          <<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n, ReluOp{});
     }
     return cudaGetLastError();
   });

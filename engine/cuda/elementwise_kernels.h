@@ -61,6 +61,13 @@ cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t strea
 cudaError_t LaunchSwiGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
                          cudaStream_t stream);
 
+// out [rows, inter] = gelu_tanh(gate) * up (as LaunchGeluTanh), gate_up as for LaunchSwiGlu.
+cudaError_t LaunchGeGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                        cudaStream_t stream);
+
+// x = max(x, 0) in place.
+cudaError_t LaunchRelu(void* x, ElemType type, int64_t n, cudaStream_t stream);
+
 // x[i] += y[i] for i < n.
 cudaError_t LaunchAdd(void* x, const void* y, ElemType type, int64_t n, cudaStream_t stream);
 

@@ -202,5 +202,41 @@ TEST(RelativePositionTest, BiasLayoutAndCausalMask) {
   EXPECT_EQ(bias[(0 * 2 + 1) * 5 + 4], table[0]);  // query 4 sees itself: bucket 0
 }
 
+// GeGlu and Relu on the CUDA backend (label gpu; skipped where no GPU can be used) against the
+// CPU in f32, and AttendBiased's UNIMPLEMENTED there.
+TEST(CudaT5OpsTest, GeGluReluMatchCpuAndAttendBiasedIsUnimplemented) {
+  std::string why;
+  Backend* cuda = NamedTestBackend("cuda", &why);
+  if (cuda == nullptr) GTEST_SKIP() << "backend cuda cannot run here: " << why;
+  CpuBackend& cpu = TestBackend();
+  std::mt19937 rng(5);
+  const int64_t rows = 9, inter = 37;  // odd widths: the unvectorised paths
+  const auto gu = Random(rng, rows * 2 * inter, 2.0f);
+  std::vector<float> results[2][2];
+  Backend* backends[2] = {&cpu, cuda};
+  for (int i = 0; i < 2; ++i) {
+    Backend& b = *backends[i];
+    Tensor gate_up = Upload(b, DType::kF32, {rows, 2 * inter}, gu);
+    Tensor out = *b.Allocate(DType::kF32, {rows, inter});
+    b.GeGlu(gate_up, out);
+    b.Relu(gate_up);
+    ASSERT_TRUE(b.Synchronize().ok());
+    results[i][0] = Download(b, out);
+    results[i][1] = Download(b, gate_up);
+  }
+  for (int op = 0; op < 2; ++op) {
+    for (size_t j = 0; j < results[0][op].size(); ++j) {
+      ASSERT_NEAR(results[0][op][j], results[1][op][j], 1e-5) << op << " " << j;
+    }
+  }
+  Tensor q = *cuda->Allocate(DType::kF32, {2, 1, 4});
+  AttentionState state{*cuda->Allocate(DType::kF32, {2, 1, 4}),
+                       *cuda->Allocate(DType::kF32, {2, 1})};
+  cuda->AttendBiased(q, {{0, 2, &q, &q, 2, nullptr}}, 1.0f, state);
+  absl::Status status = cuda->Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("AttendBiased"));
+}
+
 }  // namespace
 }  // namespace manyshot::testing
