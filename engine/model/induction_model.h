@@ -11,8 +11,8 @@
 //   that turn fast; k is q turned by one position's angle, so the score sum_f w cos((i-j-1)
 //   theta_f) peaks at j = i - 1 (a Dirichlet-like kernel) and is lower by at least
 //   `previous_token_gap` at every other distance (the nearest rivals are distances 0 and 2;
-//   checked numerically below 2^17 positions, the longest context the spec allows; rope_theta must
-//   be large so the slow pairs below barely turn). The value is the current-token code; the
+//   checked numerically at rope_theta 1e12 for code_dims 16..256 below 2^17 positions, the
+//   longest context the spec allows). The value is the current-token code; the
 //   output goes to the second half of the stream ("previous token").
 // - Layer 1, induction head: q reads the current-token half, k the previous-token half, both in
 //   the rotary pairs that (with rope_theta 1e12) barely turn over the whole window, so the score is
