@@ -12,13 +12,15 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
+    "[--family=F] "
     "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick] [--server_binary=PATH] "
     "[--requests=N] [--batch=N] [--backend=cpu|cuda] [--context_tokens=N] [--torch_peer=PATH]\n"
     "       soak: [--streams=N] [--duration=S] [--idle=S] [--sample=S] [--stream_requests=N] "
     "[--target=HOST:PORT [--target_pid=PID] [--target_metrics_port=N]]\n"
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
-    "              (--family=t5: a T5-base-shaped encoder's prefill vs the same sgemm)\n"
+    "              (--family=llama|bloom|opt: that family at the same shape beside GPT-2;\n"
+    "              --family=t5: a T5-base-shaped encoder's prefill vs the same sgemm)\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
     "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read "
     "(--backend=cuda: into GPU memory)\n"

@@ -4,6 +4,7 @@
 // weight bytes per second also as a fraction of a same-run memory read bandwidth (decode at batch
 // 1 reads every weight once per token: it is bound by memory, not by FLOPs), with the matrix
 // weights held in f32 and in bf16 (TransformerOptions::weights: half the bytes).
+// --family=llama|bloom|opt: family_prefill_bench.cc; --family=t5: t5_prefill_bench.cc.
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/decoder_models.h"
 #include "bench/subcommands.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/tiny_model.h"
@@ -18,35 +20,6 @@
 
 namespace manyshot::bench {
 namespace {
-
-TinyModelSpec Gpt2SmallSpec() {
-  TinyModelSpec spec;
-  spec.family = "gpt2";
-  spec.vocab_size = 50257;
-  spec.hidden_size = 768;
-  spec.intermediate_size = 3072;
-  spec.num_layers = 12;
-  spec.num_heads = 12;
-  spec.num_kv_heads = 12;
-  spec.max_position_embeddings = 1024;
-  spec.tie_word_embeddings = true;
-  spec.attention_bias = true;
-  spec.seed = 7;
-  return spec;
-}
-
-// Matrix FLOPs of a forward pass over `tokens` new tokens after `past` cached ones, with logits
-// for `logit_rows` rows: projections, causal attention (QK^T and PV), vocabulary head.
-double ForwardFlops(const ModelConfig& c, double tokens, double past, double logit_rows) {
-  const double H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  const double q = c.num_heads * D, kv = c.num_kv_heads * D;
-  double per_token =
-      2 * (H * (q + 2 * kv) + q * H + (c.architecture == Architecture::kLlama ? 3 : 2) * H * I);
-  // Keys each new token attends to: past + its index + 1.
-  double attended = tokens * past + tokens * (tokens + 1) / 2;
-  double attention = 2 * 2 * attended * c.num_heads * D;
-  return c.num_layers * (per_token * tokens + attention) + 2 * H * c.vocab_size * logit_rows;
-}
 
 // Read bandwidth with `threads` threads: each sums its share of a buffer larger than the model's
 // weights (integer adds, which vectorize, so the loop is bound by the loads). The buffer is
@@ -100,20 +73,12 @@ double DecodeSecondsPerToken(const Transformer& model, absl::Span<const int32_t>
 }  // namespace
 
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir) {
-  if (!std::filesystem::exists(dir / "config.json")) {
-    std::filesystem::path empty = dir.parent_path() / "no-tokenizer";
-    std::filesystem::create_directories(empty);
-    auto status = WriteTinyModel(Gpt2SmallSpec(), empty, dir);
-    if (!status.ok()) {
-      std::fprintf(stderr, "manyshot-bench: cannot write model: %s\n", status.ToString().c_str());
-      std::exit(1);
-    }
-  }
-  return dir;
+  return EnsureSmallDecoderModel("gpt2", dir);
 }
 
 int RunPrefillBench(const BenchOptions& options) {
   if (options.family == "t5") return RunT5PrefillBench(options);
+  if (options.family != "gpt2") return RunFamilyPrefillBench(options);
   Report report("prefill", options.json);
   const int threads = options.threads;
   report.AddText("blas_kernel", BlasKernelDescription());
@@ -132,22 +97,11 @@ int RunPrefillBench(const BenchOptions& options) {
   }
   const ModelConfig& c = (*model)->config();
   const int64_t T = options.tokens;
-  std::vector<int32_t> tokens(T), positions(T);
-  for (int64_t i = 0; i < T; ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919) % c.vocab_size);
-    positions[i] = static_cast<int32_t>(i);
-  }
-  std::vector<int64_t> last = {T - 1};
-  KvCache cache = (*model)->NewCache(T + 64);
-  double prefill_s = MedianSeconds(
-      [&] {
-        cache.Truncate(0);
-        ForwardSequence seq{tokens, positions, &cache, last};
-        auto r = (*model)->Forward({&seq, 1});
-        if (!r.ok()) std::abort();
-      },
-      options.repeats);
-  double prefill_flops = ForwardFlops(c, T, 0, 1);
+  PrefillRun prefill(**model, T);
+  const std::vector<int32_t>& tokens = prefill.tokens();
+  const std::vector<int32_t>& positions = prefill.positions();
+  double prefill_s = MedianSeconds([&] { prefill.Run(); }, options.repeats);
+  double prefill_flops = DecoderForwardFlops(c, T, 0, 1);
   report.Add("prefill_tokens", static_cast<double>(T));
   report.Add("prefill_seconds", prefill_s, "s");
   report.Add("prefill_tokens_per_second", T / prefill_s, "tok/s");
@@ -186,7 +140,7 @@ int RunPrefillBench(const BenchOptions& options) {
   report.Add("decode_weight_gbytes_per_second", 4 * matrices / f32_s / 1e9, "GB/s (f32 weights)");
   report.Add("decode_fraction_of_memory_read", 4 * matrices / f32_s / 1e9 / read_gbps,
              "(f32 weights; target >= 0.8)");
-  report.Add("decode_gflops", ForwardFlops(c, 1, T - steps, 1) / f32_s / 1e9, "GFLOP/s");
+  report.Add("decode_gflops", DecoderForwardFlops(c, 1, T - steps, 1) / f32_s / 1e9, "GFLOP/s");
   report.Add("decode_bf16_weights_seconds_per_token", bf16_s, "s");
   report.Add("decode_bf16_weights_tokens_per_second", 1.0 / bf16_s, "tok/s");
   report.Add("decode_bf16_weights_gbytes_per_second", 2 * matrices / bf16_s / 1e9, "GB/s");

@@ -12,8 +12,10 @@ struct BenchOptions {
   int threads = 2;
   int repeats = 3;
   int64_t tokens = 1024;
-  std::string family = "gpt2";  // prefill: the model family (t5: its encoder, t5_prefill_bench.cc)
-  bool quick = false;           // structured: skip the 100..3000-shot scaling section
+  // prefill: the model family: gpt2; llama, bloom, opt (family_prefill_bench.cc, each beside
+  // gpt2); t5 (its encoder, t5_prefill_bench.cc)
+  std::string family = "gpt2";
+  bool quick = false;              // structured: skip the 100..3000-shot scaling section
   std::filesystem::path work_dir;  // generated models are kept here between runs
   std::filesystem::path data_dir;  // SST-2 files; default ../shared/datasets/sst2_cbu
   std::filesystem::path tokenizer_dir = "/usr/local/share/manyshot/gpt2";
@@ -42,6 +44,7 @@ struct BenchOptions {
 
 int RunPrefillBench(const BenchOptions& options);
 int RunT5PrefillBench(const BenchOptions& options);
+int RunFamilyPrefillBench(const BenchOptions& options);
 int RunStructuredBench(const BenchOptions& options);
 int RunCacheBench(const BenchOptions& options);
 int RunServiceBench(const BenchOptions& options);
