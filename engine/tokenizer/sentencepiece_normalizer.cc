@@ -22,19 +22,24 @@ size_t UnicodeSpaceLength(std::string_view text) {
 
 SentencePieceNormalizer::SentencePieceNormalizer(SentencePieceNormalizerSpec spec)
     : spec_(std::move(spec)) {
-  for (const std::string& p : spec_.verbatim_pieces) {
-    longest_verbatim_ = std::max(longest_verbatim_, p.size());
+  const auto& pieces = spec_.verbatim_pieces;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].empty()) continue;
+    verbatim_by_first_byte_[static_cast<unsigned char>(pieces[i][0])].push_back(i);
+  }
+  for (auto& bucket : verbatim_by_first_byte_) {
+    std::stable_sort(bucket.begin(), bucket.end(),
+                     [&](size_t a, size_t b) { return pieces[a].size() > pieces[b].size(); });
   }
 }
 
 std::pair<std::string_view, size_t> SentencePieceNormalizer::NormalizePrefix(
     std::string_view text) const {
   // User-defined pieces first, longest match, untouched.
-  size_t verbatim = 0;
-  for (const std::string& p : spec_.verbatim_pieces) {
-    if (p.size() > verbatim && text.starts_with(p)) verbatim = p.size();
+  for (const size_t i : verbatim_by_first_byte_[static_cast<unsigned char>(text[0])]) {
+    const std::string& p = spec_.verbatim_pieces[i];
+    if (text.starts_with(p)) return {text.substr(0, p.size()), p.size()};
   }
-  if (verbatim > 0) return {text.substr(0, verbatim), verbatim};
   if (spec_.rules.has_value()) {
     if (auto match = spec_.rules->LongestPrefixMatch(text)) {
       if (spec_.unicode_whitespace_is_space && match->replacement.size() > 0 &&

@@ -5,6 +5,7 @@
 #ifndef MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_NORMALIZER_H_
 #define MANYSHOT_ENGINE_TOKENIZER_SENTENCEPIECE_NORMALIZER_H_
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,11 +44,14 @@ class SentencePieceNormalizer {
   const SentencePieceNormalizerSpec& spec() const { return spec_; }
 
  private:
-  // The normalized form of the longest prefix of text that has one, and its length in text.
+  // The normalized form of the longest prefix of (non-empty) text that has one, and its length in
+  // text.
   std::pair<std::string_view, size_t> NormalizePrefix(std::string_view text) const;
 
   SentencePieceNormalizerSpec spec_;
-  size_t longest_verbatim_ = 0;
+  // Indices into spec_.verbatim_pieces by first byte, longest first: the first that matches is
+  // the longest match.
+  std::array<std::vector<size_t>, 256> verbatim_by_first_byte_;
 };
 
 }  // namespace manyshot

@@ -45,6 +45,7 @@ std::string HandMadeUnigram(bool byte_fallback, const std::string& normalizer = 
        -1.5f, kNormal},
       {"abc", -1, kUnused},
       {"xy", 0, kUserDefined},
+      {"xyz", 0, kUserDefined},  // the longer user-defined piece wins where both match
   };
   for (const auto& p : pieces) m += PieceMsg(p.piece, p.score, p.type);
   if (byte_fallback) {
@@ -90,6 +91,8 @@ const std::vector<std::string> kTexts = {"a",
                                          "xy",
                                          "axyb",
                                          "xyxy",
+                                         "axyzb",
+                                         "xyxyzxy",
                                          "abc abc",
                                          "\xE2\x96\x81",
                                          "a\xE2\x96\x81"
@@ -227,6 +230,33 @@ TEST(UnigramModelTest, CompatibilityCharactersMatchLibsentencepiece) {
                 byte_fallback, compared, mismatches);
     EXPECT_EQ(mismatches, 0);
   }
+}
+
+// User-defined pieces are exempt from the rules, the longest one first: with nmt_nfkc, "Ａ" and
+// "ＡＢ" (fullwidth) as user-defined pieces stay fullwidth where they match, and "Ｃ" becomes "C".
+TEST(UnigramModelTest, UserDefinedPiecesEscapeTheRules) {
+  auto model =
+      TrainT5StyleUnigramModel(SharedDir(), fs::path(MANYSHOT_BINARY_DIR) / "tokenizer_test_work",
+                               /*byte_fallback=*/false);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto real = ReadSentencePieceModel(ReadFileOrDie(*model), "spiece.model");
+  ASSERT_TRUE(real.ok());
+  const std::string rules = real->normalizer.precompiled_charsmap;
+  const std::string normalizer = LenField(1, "nmt_nfkc") + LenField(2, rules);
+  const std::string m = HandMadeUnigram(false, normalizer) +
+                        PieceMsg("\xEF\xBC\xA1", 0, kUserDefined) +
+                        PieceMsg("\xEF\xBC\xA1\xEF\xBC\xA2", 0, kUserDefined) +
+                        PieceMsg("C", -1, kNormal) + PieceMsg("B", -1, kNormal);
+  ExpectSameAsLibsentencepiece(
+      m, {"\xEF\xBC\xA1\xEF\xBC\xA2\xEF\xBC\xA3", "\xEF\xBC\xA1\xEF\xBC\xA3\xEF\xBC\xA2",
+          "a \xEF\xBC\xA1\xEF\xBC\xA2 \xEF\xBC\xA2 \xEF\xAC\x81"});
+  auto tok = LoadSentencePieceModel(m, {}, "0");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto ids = (*tok)->Encode("\xEF\xBC\xA1\xEF\xBC\xA2\xEF\xBC\xA3");
+  ASSERT_TRUE(ids.ok());
+  std::vector<std::string> pieces;
+  for (const int32_t id : *ids) pieces.push_back((*tok)->IdToToken(id));
+  EXPECT_EQ(pieces, (std::vector<std::string>{kSp, "\xEF\xBC\xA1\xEF\xBC\xA2", "C"}));
 }
 
 // --- Malformed models --------------------------------------------------------------------------
