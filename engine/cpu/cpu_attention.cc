@@ -6,7 +6,8 @@
 //            cpu_context_kernel.h (all heads sharing a kv head together), else one GEMM per head
 //            and tile for all rows at once;
 //   own:     each sequence's rows against its own keys, causally, with ln(weight) added to the
-//            logits of keys at index >= weighted_from.
+//            logits of keys at index >= weighted_from; a decode row (one new token) with the
+//            split-K kernel of cpu_decode_attention.h.
 // Both add ALiBi's slope * (key position - query position) when the sequences carry slopes.
 #include <cblas.h>
 
@@ -17,6 +18,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_context_kernel.h"
+#include "engine/cpu/cpu_decode_attention.h"
 #include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
@@ -198,9 +200,21 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
   const float* qp = q.data<float>();
   float* op = out.o.data<float>();
   float* lp = out.lse.data<float>();
+  // A decode row (one new token) goes to the split-K kernel (cpu_decode_attention.h), which reads
+  // its K/V once in their storage dtype; the rest are tiled below.
+  auto one_token = [&](const AttentionSequence& seq) {
+    return seq.q_len == 1 && cpu_internal::DecodeKernelSupports(dim);
+  };
+  for (const AttentionSequence& seq : sequences) {
+    if (!one_token(seq)) continue;
+    cpu_internal::AttendOneToken(*pool_, qp + seq.q_begin * q_ld, heads, *seq.k, *seq.v, seq.kv_len,
+                                 seq.weighted_from, seq.own_log_weight, scale,
+                                 op + seq.q_begin * q_ld, lp + seq.q_begin * heads);
+  }
   std::vector<OwnKeys> keys(sequences.size());
   for (size_t s = 0; s < sequences.size(); ++s) {
     const AttentionSequence& seq = sequences[s];
+    if (one_token(seq)) continue;
     if (seq.k->dtype() == DType::kF32) {
       keys[s].k = seq.k->data<float>();
       keys[s].v = seq.v->data<float>();
@@ -216,6 +230,7 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
   };
   std::vector<Item> items;
   for (int64_t s = 0; s < static_cast<int64_t>(sequences.size()); ++s) {
+    if (one_token(sequences[s])) continue;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t r0 = 0; r0 < sequences[s].q_len; r0 += kRowBlock) {
         items.push_back({s, h, r0, std::min(sequences[s].q_len, r0 + kRowBlock)});

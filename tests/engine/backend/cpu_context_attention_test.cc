@@ -1,16 +1,6 @@
 // The CPU backend's AttendContext (the register-tiled kernels of cpu_context_kernel.h for head
-// dimensions that are multiples of 16, the sgemm path otherwise) against a double-precision
-// softmax attention over the same stored K/V, with a rounding bound derived from the computation
-// rather than a tuned tolerance.
-//
-// Bound. With u = 2^-24 and gamma_n = n u / (1 - n u): each logit s_j = scale * q.k_j carries an
-// error of at most delta = scale * (gamma_D + u) * max_j sum_d |q_d k_jd| (a D-term dot product,
-// plus the query's scaling); exp adds at most 2^-21 relative. Each weight p_j is then off by a
-// factor within e = 2 delta + 2^-21 (the max it is shifted by moves with the logits), so the
-// normalised output sum_j p_j v_j / sum_j p_j moves by at most 2 e max|v|; adding L terms in
-// float costs at most gamma_L on the numerator (scaled by max|v|) and on the denominator.
-// |o - o_exact| <= (2 e + 2 gamma_L + u) max|v|; |lse - lse_exact| <= delta + e + gamma_L + u
-// |lse|. Dropping or double counting one 128-key tile of 1000 keys moves o by ~1e-2, far above it.
+// dimensions that are multiples of 16, the sgemm path otherwise) against exact softmax attention
+// over the same stored K/V, within the rounding bound of exact_attention.h.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -21,6 +11,7 @@
 #include "engine/cpu/cpu_context_kernel.h"
 #include "gtest/gtest.h"
 #include "tests/engine/backend/backend_test_util.h"
+#include "tests/engine/backend/exact_attention.h"
 
 namespace manyshot {
 namespace {
@@ -30,9 +21,6 @@ using testing::Poisoned;
 using testing::RandomValues;
 using testing::RoundedTo;
 using testing::Upload;
-
-constexpr double kUnit = 1.0 / (1 << 24);
-double Gamma(int64_t n) { return n * kUnit / (1 - n * kUnit); }
 
 struct Case {
   int64_t heads, kv_heads, dim, len;
@@ -88,43 +76,13 @@ void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
   ASSERT_TRUE(backend.Synchronize().ok());
   const std::vector<float> o = Download(backend, out.o), lse = Download(backend, out.lse);
 
-  double max_v = 0;
-  for (float x : v) max_v = std::max(max_v, static_cast<double>(std::fabs(x)));
-  std::vector<double> s(static_cast<size_t>(c.len)), acc(static_cast<size_t>(D));
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kvh = h / group;
-      const float* qr = q.data() + (t * H + h) * D;
-      double m = -INFINITY, magnitude = 0;
-      for (int64_t j = 0; j < c.len; ++j) {
-        const float* kr = k.data() + (j * KH + kvh) * D;
-        double dot = 0, abs_dot = 0;
-        for (int64_t d = 0; d < D; ++d) {
-          dot += static_cast<double>(qr[d]) * kr[d];
-          abs_dot += std::fabs(static_cast<double>(qr[d]) * kr[d]);
-        }
-        s[j] = scale * dot;
-        m = std::max(m, s[j]);
-        magnitude = std::max(magnitude, abs_dot);
-      }
-      double total = 0;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < c.len; ++j) {
-        const double p = std::exp(s[j] - m);
-        total += p;
-        const float* vr = v.data() + (j * KH + kvh) * D;
-        for (int64_t d = 0; d < D; ++d) acc[d] += p * vr[d];
-      }
-      const double exact_lse = m + std::log(total);
-      const double delta = scale * (Gamma(D) + kUnit) * magnitude;
-      const double e = 2 * delta + std::ldexp(1.0, -21);
-      const double o_bound = (2 * e + 2 * Gamma(c.len) + kUnit) * max_v;
-      const double lse_bound = delta + e + Gamma(c.len) + kUnit * std::fabs(exact_lse);
-      ASSERT_LE(std::fabs(lse[t * H + h] - exact_lse), lse_bound) << "token " << t << " head " << h;
-      for (int64_t d = 0; d < D; ++d) {
-        ASSERT_LE(std::fabs(o[(t * H + h) * D + d] - acc[d] / total), o_bound)
-            << "token " << t << " head " << h << " dim " << d;
-      }
+      ASSERT_TRUE(testing::MatchesExactAttention(q.data() + (t * H + h) * D, k.data() + kvh * D,
+                                                 v.data() + kvh * D, KH * D, c.len, D, scale, {},
+                                                 o.data() + (t * H + h) * D, lse[t * H + h]))
+          << "token " << t << " head " << h;
     }
   }
 }
