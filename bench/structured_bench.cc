@@ -2,6 +2,8 @@
 // weights, real GPT-2 tokenizer). Encode time and cache size; query throughput at batch 1, 8 and
 // 32 with achieved FLOP/s against a same-run sgemm; CONVENTIONAL mode re-encoding its window per
 // query as a ratio; and encode / query cost at 100, 300, 1000 and 3000 shots (linear growth).
+// Each batch size is timed in rounds interleaved with the sgemm reference, best of each: on a
+// shared machine another process's load then falls on the figure and its reference alike.
 #include <cstdio>
 
 #include "bench/bench_common.h"
@@ -56,9 +58,13 @@ int RunStructuredBench(const BenchOptions& options) {
   Report report("structured", options.json);
   report.AddText("blas_kernel", BlasKernelDescription());
   report.Add("threads", options.threads);
-  const double peak = std::max(SgemmGflops(1024, 3072, 768, options.threads, 5),
-                               SgemmGflops(2048, 2048, 2048, options.threads, 3));
-  report.Add("sgemm_peak_gflops", peak, "GFLOP/s");
+  // The reference: OpenBLAS with its own threads on the MLP's GEMM shape and a square one; it is
+  // measured again between the query rounds below and the best of all is reported.
+  auto measure_sgemm = [&] {
+    return std::max(SgemmGflops(1024, 3072, 768, options.threads, 3),
+                    SgemmGflops(2048, 2048, 2048, options.threads, 2));
+  };
+  double peak = measure_sgemm();
 
   auto tokenizer = LoadTokenizer(options.tokenizer_dir);
   if (!tokenizer.ok()) {
@@ -103,22 +109,40 @@ int RunStructuredBench(const BenchOptions& options) {
   report.Add("encode_tokens_per_second", static_cast<double>(ctx.tokens) / encode_s, "tok/s");
 
   double per_query_batch32 = 0;
+  constexpr int kRounds = 3;
+  struct BatchFigure {
+    size_t batch;
+    double flops;
+    double seconds;  // best round
+    size_t queries;
+  };
+  std::vector<BatchFigure> figures;
   for (size_t batch : {1u, 8u, 32u}) {
     std::vector<Example> queries(test->begin(), test->begin() + (batch == 1 ? 8 : 2 * batch));
-    // Warm-up on one batch, then time.
+    // Warm-up on one batch, then rounds of the sgemm reference and the timed queries.
     ClassifyAll(**task, &ctx, std::vector<Example>(queries.begin(), queries.begin() + batch),
                 batch);
-    Timed t = ClassifyAll(**task, &ctx, queries, batch);
-    const double avg_tokens = t.tokens / static_cast<double>(queries.size());
-    const double flops = QueryFlops(config, avg_tokens, static_cast<double>(ctx.tokens)) *
-                         static_cast<double>(queries.size());
-    const double qps = static_cast<double>(queries.size()) / t.seconds;
-    const std::string b = std::to_string(batch);
-    report.Add("batch" + b + "_queries_per_second", qps, "q/s");
-    report.Add("batch" + b + "_gflops", flops / t.seconds / 1e9, "GFLOP/s");
-    report.Add("batch" + b + "_fraction_of_sgemm_peak", flops / t.seconds / 1e9 / peak,
-               batch == 32 ? "(target >= 0.5)" : "");
-    if (batch == 32) per_query_batch32 = t.seconds / static_cast<double>(queries.size());
+    BatchFigure f{batch, 0, 1e30, queries.size()};
+    for (int round = 0; round < kRounds; ++round) {
+      peak = std::max(peak, measure_sgemm());
+      Timed t = ClassifyAll(**task, &ctx, queries, batch);
+      const double avg_tokens = t.tokens / static_cast<double>(queries.size());
+      f.flops = QueryFlops(config, avg_tokens, static_cast<double>(ctx.tokens)) *
+                static_cast<double>(queries.size());
+      f.seconds = std::min(f.seconds, t.seconds);
+    }
+    figures.push_back(f);
+  }
+  report.Add("sgemm_peak_gflops", peak, "GFLOP/s (same-run reference, best of all rounds)");
+  report.Add("query_rounds", kRounds);
+  for (const BatchFigure& f : figures) {
+    const std::string b = std::to_string(f.batch);
+    report.Add("batch" + b + "_queries_per_second", static_cast<double>(f.queries) / f.seconds,
+               "q/s");
+    report.Add("batch" + b + "_gflops", f.flops / f.seconds / 1e9, "GFLOP/s");
+    report.Add("batch" + b + "_fraction_of_sgemm_peak", f.flops / f.seconds / 1e9 / peak,
+               f.batch == 1 ? "(target >= 0.5)" : (f.batch == 32 ? "(target >= 0.75)" : ""));
+    if (f.batch == 32) per_query_batch32 = f.seconds / static_cast<double>(f.queries);
   }
 
   // CONVENTIONAL: re-encode the window for every query (no prefix cache), as the baseline does.
