@@ -553,13 +553,26 @@ void Backend::AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequ
           c.That(seq.kv_len >= 0 && seq.kv_len <= std::numeric_limits<int32_t>::max(),
                  absl::StrCat(what, ": kv_len ", seq.kv_len, " is out of range"));
           CheckKeys(c, device(), q, seq.k, seq.v, seq.kv_len, what);
-          if (seq.bias == nullptr || !c.status().ok()) continue;
-          c.Defined(*seq.bias, "bias").On(*seq.bias, device(), "bias");
-          c.Is(*seq.bias, DType::kF32, "bias").Rank(*seq.bias, 3, "bias");
-          if (!c.status().ok()) break;
-          c.That(seq.bias->shape() == std::vector<int64_t>{q.dim(1), seq.q_len, seq.kv_len},
-                 absl::StrCat(what, ": bias ", Describe(*seq.bias), " must be [", q.dim(1), ", ",
-                              seq.q_len, ", ", seq.kv_len, "] (heads, q_len, kv_len)"));
+          c.That(seq.bias == nullptr || seq.relative_bias == nullptr,
+                 absl::StrCat(what, ": both bias and relative_bias are set"));
+          if (seq.bias != nullptr && c.status().ok()) {
+            c.Defined(*seq.bias, "bias").On(*seq.bias, device(), "bias");
+            c.Is(*seq.bias, DType::kF32, "bias").Rank(*seq.bias, 3, "bias");
+            if (!c.status().ok()) break;
+            c.That(seq.bias->shape() == std::vector<int64_t>{q.dim(1), seq.q_len, seq.kv_len},
+                   absl::StrCat(what, ": bias ", Describe(*seq.bias), " must be [", q.dim(1), ", ",
+                                seq.q_len, ", ", seq.kv_len, "] (heads, q_len, kv_len)"));
+          }
+          if (seq.relative_bias != nullptr && c.status().ok()) {
+            const Tensor& rel = *seq.relative_bias;
+            c.Defined(rel, "relative_bias").On(rel, device(), "relative_bias");
+            c.Is(rel, DType::kF32, "relative_bias").Rank(rel, 2, "relative_bias");
+            if (!c.status().ok()) break;
+            const int64_t diagonals = std::max<int64_t>(0, seq.q_len + seq.kv_len - 1);
+            c.That(rel.shape() == std::vector<int64_t>{q.dim(1), diagonals},
+                   absl::StrCat(what, ": relative_bias ", Describe(rel), " must be [", q.dim(1),
+                                ", ", diagonals, "] (heads, q_len + kv_len - 1)"));
+          }
         }
       },
       [&] {

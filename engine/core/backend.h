@@ -94,6 +94,11 @@ struct BiasedAttentionSequence {
   // f32 [heads, q_len, kv_len], contiguous, added to scale * q.k; -inf hides a key. nullptr: no
   // bias (T5's cross-attention). Several sequences may share one bias tensor.
   const Tensor* bias = nullptr;
+  // Or, for a bias that depends on the key index minus the query row only (T5's relative
+  // positions and causal mask), its diagonals: f32 [heads, q_len + kv_len - 1] with
+  // bias[h, r, j] = relative_bias[h, j - r + q_len - 1], O(q + k) memory instead of O(q k).
+  // At most one of bias and relative_bias.
+  const Tensor* relative_bias = nullptr;
 };
 
 // The result of attending a set of query rows to some set of keys, as a value (FlashInfer's

@@ -127,9 +127,14 @@ absl::Status CpuBackend::AttendBiasedImpl(const Tensor& q,
                 static_cast<int>(n));
     float sums[kMaxRowBlock];
     for (int64_t r = 0; r < rows; ++r) {
-      const float* br = seq.bias == nullptr
-                            ? nullptr
-                            : seq.bias->data<float>() + (it.head * seq.q_len + it.r0 + r) * n;
+      const int64_t row = it.r0 + r;  // within the sequence
+      const float* br = nullptr;
+      if (seq.bias != nullptr) {
+        br = seq.bias->data<float>() + (it.head * seq.q_len + row) * n;
+      } else if (seq.relative_bias != nullptr) {  // row r's keys are diagonals q_len-1-r, ...
+        br = seq.relative_bias->data<float>() + it.head * (seq.q_len + n - 1) +
+             (seq.q_len - 1 - row);
+      }
       sums[r] = ExpRow(s.data() + r * n, br, n, lse[r * heads]);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),

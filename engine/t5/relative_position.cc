@@ -30,31 +30,22 @@ int64_t T5RelativePositionBucket(int64_t relative_position, bool bidirectional, 
   return bucket + std::min(large, num_buckets - 1);
 }
 
-std::vector<float> T5PositionBias(absl::Span<const float> table, int64_t heads,
+std::vector<float> T5RelativeBias(absl::Span<const float> table, int64_t heads,
                                   const T5BiasShape& shape, int64_t q_offset, int64_t q_len,
                                   int64_t k_len) {
-  // The bucket depends on key - query only: one lookup per distance, from -(last query) to the
-  // last key.
-  const int64_t lowest = -(q_offset + q_len - 1);
-  std::vector<int64_t> buckets(static_cast<size_t>(std::max<int64_t>(0, k_len - lowest)));
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    buckets[i] = T5RelativePositionBucket(lowest + static_cast<int64_t>(i), shape.bidirectional,
-                                          shape.num_buckets, shape.max_distance);
-  }
-  std::vector<float> bias(static_cast<size_t>(heads * q_len * k_len));
+  const int64_t diagonals = std::max<int64_t>(0, q_len + k_len - 1);
+  std::vector<float> bias(static_cast<size_t>(heads * diagonals));
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t i = 0; i < q_len; ++i) {
-      const int64_t query = q_offset + i;
-      float* row = bias.data() + (h * q_len + i) * k_len;
-      for (int64_t j = 0; j < k_len; ++j) {
-        if (shape.causal && j > query) {
-          row[j] = kNegInf;
-          continue;
-        }
-        row[j] = table[buckets[j - query - lowest] * heads + h];
-      }
+  for (int64_t i = 0; i < diagonals; ++i) {
+    // Key position minus query position on this diagonal (key j, row r: j - r = i - q_len + 1).
+    const int64_t distance = i - (q_len - 1) - q_offset;
+    if (shape.causal && distance > 0) {
+      for (int64_t h = 0; h < heads; ++h) bias[h * diagonals + i] = kNegInf;
+      continue;
     }
+    const int64_t bucket = T5RelativePositionBucket(distance, shape.bidirectional,
+                                                    shape.num_buckets, shape.max_distance);
+    for (int64_t h = 0; h < heads; ++h) bias[h * diagonals + i] = table[bucket * heads + h];
   }
   return bias;
 }

@@ -26,10 +26,11 @@ struct T5BiasShape {
   bool causal = false;
 };
 
-// The additive attention bias [heads, q_len, k_len] (AttendBiased's layout) for queries at
-// positions q_offset .. q_offset + q_len - 1 and keys at 0 .. k_len - 1, from `table`
-// [num_buckets, heads] (the checkpoint's relative_attention_bias.weight).
-std::vector<float> T5PositionBias(absl::Span<const float> table, int64_t heads,
+// The additive attention bias of queries at positions q_offset .. q_offset + q_len - 1 against
+// keys at 0 .. k_len - 1, from `table` [num_buckets, heads] (the checkpoint's
+// relative_attention_bias.weight), as AttendBiased's relative_bias: [heads, q_len + k_len - 1],
+// entry (h, j - r + q_len - 1) the bias of query row r and key j (it depends on j - r only).
+std::vector<float> T5RelativeBias(absl::Span<const float> table, int64_t heads,
                                   const T5BiasShape& shape, int64_t q_offset, int64_t q_len,
                                   int64_t k_len);
 

@@ -1,5 +1,6 @@
 #include "engine/t5/t5_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -115,9 +116,9 @@ absl::Status AllocateAll(
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> UploadBias(Backend& b, const std::vector<float>& bias, int64_t heads,
-                                  int64_t q_len, int64_t k_len) {
-  auto t = b.Allocate(DType::kF32, {heads, q_len, k_len});
+// T5RelativeBias's diagonals on the device.
+absl::StatusOr<Tensor> UploadBias(Backend& b, const std::vector<float>& bias, int64_t heads) {
+  auto t = b.Allocate(DType::kF32, {heads, static_cast<int64_t>(bias.size()) / heads});
   if (!t.ok()) return t.status();
   b.CopyFromHost(bias.data(), *t);
   return t;
@@ -223,6 +224,39 @@ void T5Model::FeedForward(const Block& w, const Tensor& x, const Tensor& h, cons
 
 absl::StatusOr<T5EncoderOutput> T5Model::Encode(
     absl::Span<const std::vector<int32_t>> inputs) const {
+  return Encode(inputs, T5EncodeOptions{});
+}
+
+absl::StatusOr<T5FirstLayerQkv> T5Model::EncoderFirstLayerQkv(absl::Span<const int32_t> ids) const {
+  const T5Config& c = config_;
+  if (ids.empty()) return absl::InvalidArgumentError("no tokens for the first-layer q|k|v");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", i, ": id ", ids[i], " is outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
+  Backend& b = *backend_;
+  const auto n = static_cast<int64_t>(ids.size());
+  T5FirstLayerQkv out;
+  out.ids.assign(ids.begin(), ids.end());
+  Tensor x, h, id_t;
+  auto status = AllocateAll(b, {{&x, compute_dtype_, {n, c.d_model}},
+                                {&h, compute_dtype_, {n, c.d_model}},
+                                {&id_t, DType::kI32, {n}},
+                                {&out.qkv, compute_dtype_, {n, 3 * c.inner_dim()}}});
+  if (!status.ok()) return status;
+  b.CopyFromHost(out.ids.data(), id_t);
+  b.Embedding(id_t, embed_, x, /*accumulate=*/false);
+  b.RmsNorm(x, encoder_[0]->attn_norm, c.layer_norm_epsilon, h);
+  b.Linear(h, encoder_[0]->qkv_w, WeightLayout::kOutIn, Tensor(), out.qkv);
+  status = b.Synchronize();
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int32_t>> inputs,
+                                                const T5EncodeOptions& options) const {
   const T5Config& c = config_;
   T5EncoderOutput out;
   std::vector<int32_t> ids;
@@ -242,6 +276,21 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(
     ids.insert(ids.end(), inputs[s].begin(), inputs[s].end());
   }
   const int64_t T = static_cast<int64_t>(ids.size());
+  // Rows whose first-layer q|k|v the caller computed before.
+  int64_t cached = 0;
+  if (options.first_layer != nullptr) {
+    const T5FirstLayerQkv& first = *options.first_layer;
+    cached = static_cast<int64_t>(first.ids.size());
+    if (cached > T || !std::equal(first.ids.begin(), first.ids.end(), ids.begin()) ||
+        !first.qkv.defined() ||
+        first.qkv.shape() != std::vector<int64_t>{cached, 3 * c.inner_dim()} ||
+        first.qkv.dtype() != compute_dtype_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the first-layer q|k|v given for ", cached,
+                       " tokens are not those of the encoder batch's first tokens (", T,
+                       " tokens) in this model's shape and compute dtype"));
+    }
+  }
   if (T == 0) return out;
   Backend& b = *backend_;
   const DType dt = compute_dtype_;
@@ -271,8 +320,8 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(
   std::map<int64_t, Tensor> biases;
   for (int64_t n : out.lengths) {
     if (biases.count(n)) continue;
-    T5_ASSIGN(biases[n], UploadBias(b, T5PositionBias(encoder_bias_table_, heads, shape, 0, n, n),
-                                    heads, n, n));
+    T5_ASSIGN(biases[n],
+              UploadBias(b, T5RelativeBias(encoder_bias_table_, heads, shape, 0, n, n), heads));
   }
   std::vector<Tensor> k_rows, v_rows;
   for (int64_t s = 0; s < out.inputs(); ++s) {
@@ -282,13 +331,23 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(
   std::vector<BiasedAttentionSequence> seqs;
   for (int64_t s = 0; s < out.inputs(); ++s) {
     const int64_t n = out.lengths[s];
-    seqs.push_back({out.begins[s], n, &k_rows[s], &v_rows[s], n, &biases.at(n)});
+    seqs.push_back({out.begins[s], n, &k_rows[s], &v_rows[s], n, nullptr, &biases.at(n)});
   }
   for (const auto& w : encoder_) {
-    b.RmsNorm(x, w->attn_norm, c.layer_norm_epsilon, h);
-    b.Linear(h, w->qkv_w, WeightLayout::kOutIn, Tensor(), qkv);
+    // The first layer's cached rows are copied; the rest (and every later layer) computed.
+    const int64_t from = w == encoder_.front() ? cached : 0;
+    if (from > 0) b.Copy(options.first_layer->qkv, qkv.Rows(0, from));
+    if (from < T) {
+      b.RmsNorm(x.Rows(from, T), w->attn_norm, c.layer_norm_epsilon, h.Rows(from, T));
+      b.Linear(h.Rows(from, T), w->qkv_w, WeightLayout::kOutIn, Tensor(), qkv.Rows(from, T));
+    }
     b.SplitQkv(qkv, q, k, v);
-    b.AttendBiased(q, seqs, /*scale=*/1.0f, {attn, lse});  // T5 has no 1/sqrt(d_kv)
+    if (options.attention != nullptr) {
+      status = options.attention->Attend(q, k, v, {attn, lse});
+      if (!status.ok()) return status;
+    } else {
+      b.AttendBiased(q, seqs, /*scale=*/1.0f, {attn, lse});  // T5 has no 1/sqrt(d_kv)
+    }
     b.Linear(attn.Reshape({T, inner}), w->o_w, WeightLayout::kOutIn, Tensor(), h);
     b.Add(x, h);
     FeedForward(*w, x, h, up, act);
@@ -386,10 +445,10 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
   for (size_t s = 0; s < sequences.size(); ++s) {
     const int64_t n = static_cast<int64_t>(sequences[s].tokens.size());
     const int64_t keys = pasts[s] + n;
-    T5_ASSIGN(self_bias[s],
-              UploadBias(b, T5PositionBias(decoder_bias_table_, heads, shape, pasts[s], n, keys),
-                         heads, n, keys));
-    self[s] = {begins[s], n, nullptr, nullptr, keys, &self_bias[s]};
+    T5_ASSIGN(
+        self_bias[s],
+        UploadBias(b, T5RelativeBias(decoder_bias_table_, heads, shape, pasts[s], n, keys), heads));
+    self[s] = {begins[s], n, nullptr, nullptr, keys, nullptr, &self_bias[s]};
   }
   for (size_t l = 0; l < decoder_.size(); ++l) {
     const Block& w = *decoder_[l];
@@ -416,7 +475,7 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
       const int64_t eb = enc.begins[sequences[s].input], en = enc.lengths[sequences[s].input];
       cross_k[s] = enc.cross_k[l].Rows(eb, eb + en);
       cross_v[s] = enc.cross_v[l].Rows(eb, eb + en);
-      cross[s] = {begins[s], self[s].q_len, &cross_k[s], &cross_v[s], en, nullptr};
+      cross[s] = {begins[s], self[s].q_len, &cross_k[s], &cross_v[s], en, nullptr, nullptr};
     }
     b.AttendBiased(q, cross, /*scale=*/1.0f, {attn, lse});
     b.Linear(attn.Reshape({T, inner}), w.cross_o_w, WeightLayout::kOutIn, Tensor(), h);

@@ -189,17 +189,63 @@ TEST(RelativePositionTest, BucketsOfT5Defaults) {
   EXPECT_EQ(uni(-5000), 31);
 }
 
-TEST(RelativePositionTest, BiasLayoutAndCausalMask) {
+TEST(RelativePositionTest, DiagonalLayoutAndCausalMask) {
   const int64_t heads = 2;
   std::vector<float> table(32 * heads);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
-  // Decoder rows 3 and 4 (a cache of 3) against keys 0..4.
-  const auto bias = T5PositionBias(table, heads, {32, 128, false, true}, 3, 2, 5);
-  ASSERT_EQ(bias.size(), 2u * 2 * 5);
-  // head 1, query 3 (row 0), key 1: distance -2 -> bucket 2 -> table[2 * heads + 1].
-  EXPECT_EQ(bias[(1 * 2 + 0) * 5 + 1], table[2 * heads + 1]);
-  EXPECT_EQ(bias[(0 * 2 + 0) * 5 + 4], kNegInf);   // key 4 after query 3
-  EXPECT_EQ(bias[(0 * 2 + 1) * 5 + 4], table[0]);  // query 4 sees itself: bucket 0
+  // Decoder rows at positions 3 and 4 (a cache of 3) against keys 0..4: diagonals 0..5 are key
+  // minus row index -1..4, i.e. key minus query position -4..1.
+  const auto rel = T5RelativeBias(table, heads, {32, 128, false, true}, 3, 2, 5);
+  ASSERT_EQ(rel.size(), 2u * 6);
+  // head 1, row 0 (position 3), key 1: diagonal 1 - 0 + 1 = 2, distance -2 -> bucket 2.
+  EXPECT_EQ(rel[1 * 6 + 2], table[2 * heads + 1]);
+  EXPECT_EQ(rel[0 * 6 + 5], kNegInf);   // key 4 after row 0 (position 3): distance +1
+  EXPECT_EQ(rel[0 * 6 + 4], table[0]);  // distance 0: bucket 0
+  const auto bi = T5RelativeBias(table, heads, {32, 128, true, false}, 0, 3, 3);
+  EXPECT_EQ(bi[0 * 5 + 4], table[(16 + 2) * heads]);  // key 2 of row 0: +2, after the query
+}
+
+// The diagonal form of a bias gives exactly what the same bias spelled out per (row, key) does.
+TEST(AttendBiasedTest, RelativeBiasEqualsItsFullForm) {
+  CpuBackend& b = TestBackend();
+  std::mt19937 rng(11);
+  const int64_t heads = 3, dim = 16, q_len = 70, kv_len = 90;  // several row blocks
+  const auto qv = Random(rng, q_len * heads * dim);
+  const auto kv = Random(rng, kv_len * heads * dim);
+  auto rel = Random(rng, heads * (q_len + kv_len - 1), 2.0f);
+  rel[5] = kNegInf;
+  std::vector<float> full(heads * q_len * kv_len);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < q_len; ++r) {
+      for (int64_t j = 0; j < kv_len; ++j) {
+        full[(h * q_len + r) * kv_len + j] = rel[h * (q_len + kv_len - 1) + j - r + q_len - 1];
+      }
+    }
+  }
+  Tensor q = Upload(b, DType::kF32, {q_len, heads, dim}, qv);
+  Tensor k = Upload(b, DType::kF32, {kv_len, heads, dim}, kv);
+  Tensor rel_t = Upload(b, DType::kF32, {heads, q_len + kv_len - 1}, rel);
+  Tensor full_t = Upload(b, DType::kF32, {heads, q_len, kv_len}, full);
+  std::vector<float> o[2];
+  for (int form = 0; form < 2; ++form) {
+    AttentionState out{*b.Allocate(DType::kF32, {q_len, heads, dim}),
+                       *b.Allocate(DType::kF32, {q_len, heads})};
+    BiasedAttentionSequence seq{0, q_len, &k, &k, kv_len};
+    (form == 0 ? seq.relative_bias : seq.bias) = form == 0 ? &rel_t : &full_t;
+    b.AttendBiased(q, {seq}, 1.0f, out);
+    ASSERT_TRUE(b.Synchronize().ok());
+    o[form] = Download(b, out.o);
+  }
+  EXPECT_EQ(o[0], o[1]);
+  Tensor wrong = *b.Allocate(DType::kF32, {heads, q_len + kv_len});
+  BiasedAttentionSequence seq{0, q_len, &k, &k, kv_len, nullptr, &wrong};
+  AttentionState out{*b.Allocate(DType::kF32, {q_len, heads, dim}),
+                     *b.Allocate(DType::kF32, {q_len, heads})};
+  b.AttendBiased(q, {seq}, 1.0f, out);
+  EXPECT_THAT(b.Synchronize().message(), HasSubstr("must be [3, 159] (heads, q_len + kv_len - 1)"));
+  seq.bias = &full_t;
+  b.AttendBiased(q, {seq}, 1.0f, out);
+  EXPECT_THAT(b.Synchronize().message(), HasSubstr("both bias and relative_bias"));
 }
 
 // GeGlu and Relu on the CUDA backend (label gpu; skipped where no GPU can be used) against the
