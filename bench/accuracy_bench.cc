@@ -6,7 +6,6 @@
 // learnt the task scores about that much, so accuracy / majority is the figure to read.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -28,22 +27,6 @@ namespace fs = std::filesystem;
 int Fail(const std::string& message) {
   std::fprintf(stderr, "manyshot-bench accuracy: %s\n", message.c_str());
   return 1;
-}
-
-// The share of the most frequent gold label among the first `count` test inputs of the plan's
-// test order (the inputs the evaluation uses).
-double MajorityRate(const client::EvalDataset& dataset, const client::EvalPlan& plan) {
-  std::vector<size_t> order = client::SampleIndices(
-      dataset.test.size(), plan.test_limit == 0 ? dataset.test.size() : plan.test_limit,
-      plan.first_seed);
-  std::vector<size_t> counts(dataset.labels.size(), 0);
-  for (size_t index : order) {
-    int gold = client::GoldLabelIndex(dataset.test[index], dataset.labels);
-    if (gold >= 0) ++counts[static_cast<size_t>(gold)];
-  }
-  if (order.empty()) return 0;
-  return static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
-         static_cast<double>(order.size());
 }
 
 }  // namespace
@@ -90,7 +73,7 @@ int RunAccuracyBench(const BenchOptions& options) {
   if (server.has_value()) StopBenchServer(*server);
   if (!evaluation.ok()) return Fail(evaluation.status().ToString());
 
-  const double majority = MajorityRate(*dataset, plan);
+  const double majority = evaluation->majority_rate;
   report.AddText("model", evaluation->model);
   report.Add("random_weights", evaluation->random_weights ? 1 : 0);
   report.Add("test_inputs", static_cast<double>(evaluation->test_examples));

@@ -26,9 +26,11 @@ std::string FormatEvalTable(const EvalReport& report) {
                   " training examples, ", report.test_examples, " of ", report.test_available,
                   " test inputs\n");
   absl::StrAppend(&out, "template ", OneLine(report.input_template), "\n");
-  absl::StrAppend(&out, report.generation
-                            ? "metric   exact match (Generate, greedy)\n"
-                            : absl::StrCat("labels   ", absl::StrJoin(report.labels, " / "), "\n"));
+  absl::StrAppend(&out,
+                  report.generation
+                      ? "metric   exact match (Generate, greedy)\n"
+                      : absl::StrFormat("labels   %s (majority class: %.4f of the inputs)\n",
+                                        absl::StrJoin(report.labels, " / "), report.majority_rate));
   absl::StrAppend(&out, "samples  ", report.seeds.size(), " (seeds ",
                   absl::StrJoin(report.seeds, ","), ")\n\n");
   absl::StrAppend(&out,
@@ -55,7 +57,8 @@ nlohmann::json EvalReportJson(const EvalReport& report) {
                      {"metric", report.generation ? "exact_match" : "accuracy"},
                      {"train_examples", report.train_examples},
                      {"test_examples", report.test_examples},
-                     {"test_available", report.test_available}};
+                     {"test_available", report.test_available},
+                     {"majority_rate", report.majority_rate}};
   json["seeds"] = report.seeds;
   json["shots"] = report.shots;
   json["group_length"] = report.group_length;

@@ -330,6 +330,13 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
     }
   }
   report.test_examples = inputs.size();
+  if (!report.generation) {
+    std::vector<size_t> counts(dataset.labels.size() + 1, 0);
+    for (int g : gold) ++counts[g < 0 ? dataset.labels.size() : static_cast<size_t>(g)];
+    counts.back() = 0;  // an input without a gold label is no class
+    report.majority_rate = static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
+                           static_cast<double>(inputs.size());
+  }
 
   auto stub = v1::ManyShot::NewStub(cli.channel);
   {

@@ -64,6 +64,9 @@ struct EvalReport {
   size_t train_examples = 0;
   size_t test_examples = 0;  // used
   size_t test_available = 0;
+  // The share of the most frequent gold label among the test inputs used: what a model that has
+  // not learnt the task scores by always answering it (classification only).
+  double majority_rate = 0;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> shots;
   std::vector<v1::Mode> modes;

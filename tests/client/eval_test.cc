@@ -162,6 +162,7 @@ EvalReport SampleReport() {
   report.model = "gpt2 tiny";
   report.dataset = "sst2_cbu";
   report.labels = {"Negative", "Positive"};
+  report.majority_rate = 0.55;
   report.seeds = {1, 2};
   report.shots = {4, 64};
   report.modes = {v1::MODE_STRUCTURED, v1::MODE_CONVENTIONAL};
@@ -181,6 +182,8 @@ EvalReport SampleReport() {
 TEST(EvalReportTest, TableAndJsonCarryEveryCell) {
   EvalReport report = SampleReport();
   std::string table = FormatEvalTable(report);
+  EXPECT_THAT(table,
+              HasSubstr("labels   Negative / Positive (majority class: 0.5500 of the inputs)"));
   EXPECT_THAT(table, HasSubstr("structured         4     4.0    0.5500  0.0707  0.5000 0.6000"));
   EXPECT_THAT(table, HasSubstr("conventional      64    64.0    0.6000  0.0707"));
   nlohmann::json json = EvalReportJson(report);

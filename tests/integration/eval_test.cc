@@ -111,6 +111,11 @@ TEST_F(EvalTest, TwoModesTwoShotCountsTwoSeedsTableJsonPlotDeterministicAndClean
   EXPECT_EQ(report["dataset"]["labels"], (nlohmann::json{"Negative", "Positive"}));
   EXPECT_EQ(report["model"]["random_weights"], true);
   EXPECT_EQ(report["seeds"], (nlohmann::json{1, 2}));
+  // Two labels: the majority class holds at least half of the 24 inputs, a whole number of them.
+  const double majority = report["dataset"]["majority_rate"].get<double>();
+  EXPECT_GE(majority, 0.5);
+  EXPECT_LE(majority, 1.0);
+  EXPECT_NEAR(majority * 24, std::round(majority * 24), 1e-9);
   ASSERT_EQ(report["results"].size(), 4u);
   const std::vector<std::pair<std::string, int>> expected = {
       {"structured", 4}, {"structured", 32}, {"conventional", 4}, {"conventional", 32}};
