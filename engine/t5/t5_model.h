@@ -45,6 +45,32 @@ struct T5DecoderSequence {
   absl::Span<const int64_t> logit_rows;  // indices into tokens whose logits are wanted
 };
 
+// An encoder self-attention other than T5's own (SAICL's block structure, engine/t5/
+// saicl_encoder.h): called in every encoder layer with that layer's q, k, v of all the batch's
+// rows ([T, heads, d_kv], the inputs' rows back to back); writes (o, lse) of every row to `out`.
+class T5EncoderAttention {
+ public:
+  virtual ~T5EncoderAttention() = default;
+  virtual absl::Status Attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const AttentionState& out) const = 0;
+};
+
+// The first encoder layer's fused q|k|v projection ([rows, 3 * inner]) of some tokens. It depends
+// on the token ids only (the first layer reads their embeddings), so a caller that encodes the
+// same tokens ahead of every query (a task's demonstrations) computes it once.
+struct T5FirstLayerQkv {
+  std::vector<int32_t> ids;
+  Tensor qkv;
+};
+
+struct T5EncodeOptions {
+  // nullptr: each input attends to itself with the bidirectional position bias (plain T5).
+  const T5EncoderAttention* attention = nullptr;
+  // When set, the batch's first ids.size() tokens must be exactly these ids; their first-layer
+  // q|k|v are copied from here instead of computed.
+  const T5FirstLayerQkv* first_layer = nullptr;
+};
+
 class T5Model {
  public:
   // Loads config.json and the safetensors weights (converted to the compute dtype). Errors name
@@ -64,6 +90,14 @@ class T5Model {
   // Runs the encoder over every input (token ids, each non-empty) and computes the decoder's
   // cross-attention K/V for them. INVALID_ARGUMENT names the input and index of a bad id.
   absl::StatusOr<T5EncoderOutput> Encode(absl::Span<const std::vector<int32_t>> inputs) const;
+  // The same with another attention and/or precomputed first-layer q|k|v (see T5EncodeOptions).
+  // INVALID_ARGUMENT when options.first_layer does not match the batch's first tokens.
+  absl::StatusOr<T5EncoderOutput> Encode(absl::Span<const std::vector<int32_t>> inputs,
+                                         const T5EncodeOptions& options) const;
+  // The first encoder layer's q|k|v of `ids` (non-empty, in the vocabulary).
+  absl::StatusOr<T5FirstLayerQkv> EncoderFirstLayerQkv(absl::Span<const int32_t> ids) const;
+  // The encoder's relative position bias table, host [num_buckets, heads].
+  absl::Span<const float> encoder_bias_table() const { return encoder_bias_table_; }
 
   // An empty decoder self-attention cache; `capacity` rows are allocated by the first pass.
   KvCache NewDecoderCache(int64_t capacity) const;
