@@ -40,9 +40,6 @@ class WeightReader {
   absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape) {
     return Fuse({{std::string(name), shape}}, /*concat_rows=*/true);
   }
-  bool Has(std::string_view name) const {
-    return FindModelTensor(archive_, arch_, name) != nullptr;
-  }
 
   // Concatenates tensors: along rows (dim 0) when concat_rows, else along the last dimension
   // (for [in, out] layouts where the output dimension is last).
@@ -110,7 +107,8 @@ class WeightReader {
   }
 
  private:
-  // Host f32 values to a backend tensor in the compute dtype.
+  // Host f32 values to a backend tensor: matrices in the matrix dtype, the rest in the compute
+  // dtype.
   absl::StatusOr<Tensor> Upload(const std::vector<float>& host, const std::vector<int64_t>& shape) {
     const DType dtype = shape.size() == 2 ? matrix_dtype_ : dtype_;
     auto t = backend_.Allocate(dtype, shape);

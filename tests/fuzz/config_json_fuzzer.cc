@@ -21,7 +21,7 @@ bool SameConfig(const ModelConfig& a, const ModelConfig& b) {
          a.tie_word_embeddings == b.tie_word_embeddings && a.attention_bias == b.attention_bias &&
          a.attention_out_bias == b.attention_out_bias && a.mlp_bias == b.mlp_bias &&
          a.bos_token_id == b.bos_token_id && a.eos_token_id == b.eos_token_id &&
-         a.hidden_act == b.hidden_act;
+         a.hidden_act == b.hidden_act && a.pre_norm == b.pre_norm;
 }
 
 }  // namespace

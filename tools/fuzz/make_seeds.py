@@ -96,6 +96,17 @@ def config_seeds():
             "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "bos_token_id": 299,
             "eos_token_id": 299}
     write("config_json", "gpt2", json.dumps(gpt2, indent=2))
+    bloom = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "vocab_size": 300,
+             "hidden_size": 64, "n_layer": 2, "n_head": 4, "layer_norm_epsilon": 1e-5,
+             "apply_residual_connection_post_layernorm": False, "seq_length": 256,
+             "bos_token_id": 1, "eos_token_id": 2, "pretraining_tp": 1, "slow_but_exact": False}
+    write("config_json", "bloom", json.dumps(bloom, indent=2))
+    opt = {"architectures": ["OPTForCausalLM"], "model_type": "opt", "vocab_size": 300,
+           "hidden_size": 64, "word_embed_proj_dim": 64, "ffn_dim": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "max_position_embeddings": 256, "do_layer_norm_before": False,
+           "_remove_final_layer_norm": False, "activation_function": "relu", "enable_bias": True,
+           "bos_token_id": 2, "eos_token_id": 2}
+    write("config_json", "opt", json.dumps(opt, indent=2))
 
 
 # --- tokenizers ------------------------------------------------------------------------------
