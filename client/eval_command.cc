@@ -164,6 +164,8 @@ int RunEval(const CliContext& cli) {
   plan.test_limit = static_cast<size_t>(absl::GetFlag(FLAGS_test_limit));
   plan.group_length = absl::GetFlag(FLAGS_group_length);
   plan.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
+  if (auto v = absl::GetFlag(FLAGS_answer_template)) plan.answer_template = UnescapeFlagValue(*v);
+  if (auto v = absl::GetFlag(FLAGS_separator)) plan.separator = UnescapeFlagValue(*v);
   if (absl::GetFlag(FLAGS_batch) < 1) return ReportUsageError(cmd, "--batch must be >= 1");
   plan.batch = static_cast<size_t>(absl::GetFlag(FLAGS_batch));
 

@@ -354,6 +354,8 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
   spec.set_input_template(dataset.input_template);
   for (const std::string& label : dataset.labels) spec.add_labels(label);
   spec.set_group_length(plan.group_length);
+  if (plan.answer_template.has_value()) spec.set_answer_template(*plan.answer_template);
+  if (plan.separator.has_value()) spec.set_separator(*plan.separator);
   spec.set_max_query_tokens(plan.max_query_tokens != 0 ? plan.max_query_tokens
                                                        : dataset.max_query_tokens);
   // Whole demonstrations per group, so that the first group holds exactly the demonstrations

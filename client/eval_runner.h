@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct EvalPlan {
   uint32_t group_length = 0;  // 0: the server's default (context window - query - answer room)
   // Room for a test input in tokens; 0: the dataset's (preset's) value, else the server default.
   uint32_t max_query_tokens = 0;
+  // The task's answer template and demonstration separator; unset: the server's defaults
+  // (" {label}" and "\n\n").
+  std::optional<std::string> answer_template;
+  std::optional<std::string> separator;
   size_t batch = 16;        // inputs per StreamClassify request
   std::string task_prefix;  // unique task names start with it; empty: "eval-<pid>-<random>"
 };
