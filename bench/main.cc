@@ -20,7 +20,7 @@ constexpr char kUsage[] =
     "subcommands:\n"
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "              (--family=llama|bloom|opt: that family at the same shape beside GPT-2;\n"
-    "              --family=t5: a T5-base-shaped encoder's prefill vs the same sgemm)\n"
+    "              --family=t5: a T5-base-shaped encoder's prefill, likewise beside GPT-2)\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
     "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read "
     "(--backend=cuda: into GPU memory)\n"

@@ -1,14 +1,19 @@
 // manyshot-bench prefill --family=t5: the encoder of a T5-base-shaped model (12 blocks, d_model
 // 768, 12 heads of 64, d_ff 3072, relu, vocab 32128, random weights; one decoder block, whose
-// cross-attention K/V the encoder pass also computes) on the CPU backend. Encoder prefill of one
-// --tokens (1024) input, as tokens/s and as a fraction of the OpenBLAS sgemm figure measured in
-// the same run, the same figure `prefill` gives for GPT-2 small (whose matrices have these
-// shapes), so the two compare directly.
+// cross-attention K/V the encoder pass also computes) and GPT-2 small (whose matrices have these
+// shapes, decoder_models.h) in the same run on the CPU backend: encoder prefill of one --tokens
+// (1024) input as tokens/s and as a fraction of the OpenBLAS sgemm measured in the same run, and
+// that fraction over GPT-2's prefill fraction (issue 13 §4: within 10%, >= 0.9). The two models
+// alternate round by round and each figure is its best round, so load from other processes on a
+// shared machine falls on both alike.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/decoder_models.h"
 #include "bench/subcommands.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/tiny_t5_model.h"
@@ -72,26 +77,48 @@ int RunT5PrefillBench(const BenchOptions& options) {
     std::fprintf(stderr, "manyshot-bench: %s\n", model.status().ToString().c_str());
     return 1;
   }
+  auto gpt2 = Transformer::Load(
+      EnsureSmallDecoderModel("gpt2", options.work_dir / "gpt2-small-random"), backend);
+  if (!gpt2.ok()) {
+    std::fprintf(stderr, "manyshot-bench: %s\n", gpt2.status().ToString().c_str());
+    return 1;
+  }
   const T5Config& c = (*model)->config();
   const int64_t T = options.tokens;
   std::vector<std::vector<int32_t>> input(1, std::vector<int32_t>(static_cast<size_t>(T)));
   for (int64_t i = 0; i < T; ++i) input[0][i] = static_cast<int32_t>((i * 7919) % c.vocab_size);
-  const double seconds = MedianSeconds(
-      [&] {
-        auto encoded = (*model)->Encode(input);
-        if (!encoded.ok()) {
-          std::fprintf(stderr, "manyshot-bench: %s\n", encoded.status().ToString().c_str());
-          std::exit(1);
-        }
-      },
-      options.repeats);
-  const double flops = EncoderFlops(c, static_cast<double>(T));
+  auto encode = [&] {
+    auto encoded = (*model)->Encode(input);
+    if (!encoded.ok()) {
+      std::fprintf(stderr, "manyshot-bench: %s\n", encoded.status().ToString().c_str());
+      std::exit(1);
+    }
+  };
+  PrefillRun gpt2_run(**gpt2, T);
+  encode();  // warm-up: first touch of weights and buffers
+  gpt2_run.Run();
+  double best_t5 = 1e30, best_gpt2 = 1e30;
+  const int rounds = std::max(3, options.repeats);
+  for (int round = 0; round < rounds; ++round) {
+    auto start = std::chrono::steady_clock::now();
+    encode();
+    best_t5 = std::min(best_t5, Seconds(std::chrono::steady_clock::now() - start));
+    start = std::chrono::steady_clock::now();
+    gpt2_run.Run();
+    best_gpt2 = std::min(best_gpt2, Seconds(std::chrono::steady_clock::now() - start));
+  }
+  const double t5_gflops = EncoderFlops(c, static_cast<double>(T)) / best_t5 / 1e9;
+  const double gpt2_gflops = DecoderForwardFlops((*gpt2)->config(), T, 0, 1) / best_gpt2 / 1e9;
   report.Add("encoder_tokens", static_cast<double>(T));
-  report.Add("encoder_prefill_seconds", seconds, "s");
-  report.Add("encoder_prefill_tokens_per_second", T / seconds, "tok/s");
-  report.Add("encoder_prefill_gflops", flops / seconds / 1e9, "GFLOP/s");
-  report.Add("encoder_prefill_fraction_of_sgemm_peak", flops / seconds / 1e9 / peak,
-             "(compare: prefill_fraction_of_sgemm_peak of --family=gpt2)");
+  report.Add("rounds", rounds);
+  report.Add("t5_encoder_prefill_seconds", best_t5, "s");
+  report.Add("t5_encoder_prefill_tokens_per_second", T / best_t5, "tok/s");
+  report.Add("t5_encoder_prefill_gflops", t5_gflops, "GFLOP/s");
+  report.Add("t5_encoder_prefill_fraction_of_sgemm_peak", t5_gflops / peak);
+  report.Add("gpt2_prefill_seconds", best_gpt2, "s");
+  report.Add("gpt2_prefill_gflops", gpt2_gflops, "GFLOP/s");
+  report.Add("gpt2_prefill_fraction_of_sgemm_peak", gpt2_gflops / peak);
+  report.Add("t5_fraction_over_gpt2", t5_gflops / gpt2_gflops, "(target >= 0.9)");
   report.Print();
   return 0;
 }
