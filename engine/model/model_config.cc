@@ -133,6 +133,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
     s = ParseBloomConfig(r, c);
   } else if (c.model_type == "opt") {
     s = ParseOptConfig(r, c);
+  } else if (c.model_type == "t5") {  // described by T5Config (t5_config.h) instead
+    return absl::UnimplementedError(absl::StrCat(
+        file,
+        ": model_type \"t5\" is an encoder-decoder model: it loads as T5Model (engine/t5, "
+        "ParseT5Config), not as a decoder-only Transformer"));
   } else {
     return absl::UnimplementedError(
         absl::StrCat(file, ": key \"model_type\" has unsupported value \"", c.model_type,

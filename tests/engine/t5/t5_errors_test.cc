@@ -42,6 +42,13 @@ TEST(T5ConfigTest, WrittenConfigReadsBackEqual) {
   EXPECT_EQ(*type, "t5");
 }
 
+TEST(T5ConfigTest, DecoderOnlyParserPointsToT5Model) {
+  auto parsed = ParseModelConfig(T5GoldenModelDir("v1_0") / "config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(parsed.status().message(), HasSubstr("encoder-decoder model: it loads as T5Model"));
+}
+
 TEST(T5ConfigTest, HfDefaultsWhenKeysAreAbsent) {
   auto parsed = ParseEdited([](nlohmann::json& j) {
     for (const char* key :
