@@ -35,6 +35,16 @@ absl::StatusOr<EncodedContext> AllocateContext(const Transformer& model, int64_t
 
 }  // namespace
 
+std::vector<int32_t> ContextPositions(const GroupLayout& layout) {
+  std::vector<int32_t> positions;
+  for (const auto& slots : layout.slots) {
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s] != kMaskedSlot) positions.push_back(static_cast<int32_t>(s + 1));
+    }
+  }
+  return positions;
+}
+
 size_t EncodedContext::bytes() const {
   size_t per_row = kv.k.empty() ? 0 : kv.k.front().RowBytes();
   return 2 * kv.k.size() * static_cast<size_t>(tokens) * per_row;
@@ -50,7 +60,6 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
   ctx.groups = M;
   ctx.group_length = layout.group_length;
   int64_t written = 0;
-  std::vector<int32_t> context_positions;  // of the non-bos rows, in context order
   for (int64_t g0 = 0; g0 < M; g0 += groups_per_pass) {
     const int64_t g1 = std::min(M, g0 + groups_per_pass);
     std::vector<std::vector<int32_t>> tokens(g1 - g0), positions(g1 - g0);
@@ -78,8 +87,6 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
     for (int64_t g = g0; g < g1; ++g) {
       const KvCache& cache = caches[g - g0];
       const int64_t n = cache.length() - 1;
-      const auto& p = positions[g - g0];
-      context_positions.insert(context_positions.end(), p.begin() + 1, p.end());
       for (int64_t l = 0; l < cache.layers(); ++l) {
         model.backend().Convert(cache.k(l).Rows(1, n + 1), ctx.kv.k[l].Rows(written, written + n));
         model.backend().Convert(cache.v(l).Rows(1, n + 1), ctx.kv.v[l].Rows(written, written + n));
@@ -91,7 +98,7 @@ absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const Grou
     if (!status.ok()) return status;
     if (progress) progress(g1, M, written);
   }
-  auto status = SetPositions(model, context_positions, ctx);
+  auto status = SetPositions(model, ContextPositions(layout), ctx);
   if (!status.ok()) return status;
   status = model.backend().Synchronize();
   if (!status.ok()) return status;

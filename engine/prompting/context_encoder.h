@@ -25,6 +25,10 @@ struct EncodedContext {
 // Called after each batch of groups: (groups encoded so far, total groups, tokens so far).
 using EncodeProgress = std::function<void(int64_t, int64_t, int64_t)>;
 
+// The position ids of a group context's keys in context order: every group's unmasked slots
+// (slot s is position s + 1; bos, at 0, is not part of the context). What EncodeGroups records.
+std::vector<int32_t> ContextPositions(const GroupLayout& layout);
+
 absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const GroupLayout& layout,
                                             int32_t bos_id, int64_t groups_per_pass = 4,
                                             const EncodeProgress& progress = nullptr);

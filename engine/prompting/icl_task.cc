@@ -125,8 +125,12 @@ double IclTask::default_factor() const {
                                      : static_cast<double>(layout_.groups());
 }
 
-absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolve(
+absl::StatusOr<std::pair<std::shared_ptr<const EncodedContext>, QueryPlacement>> IclTask::Resolve(
     const EncodedContext* context, const QueryOverrides& overrides) {
+  // Not owned: the caller keeps `context` (and the task its window) alive for the query.
+  auto view = [](const EncodedContext* c) {
+    return std::shared_ptr<const EncodedContext>(std::shared_ptr<const EncodedContext>(), c);
+  };
   const PromptMode mode = overrides.mode.value_or(options_.mode);
   // The proto documents the override for STRUCTURED mode; silently switching a PARALLEL or
   // CONVENTIONAL request to structured attention would answer a different question.
@@ -147,8 +151,7 @@ absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolv
       if (!encoded.ok()) return encoded.status();
       conventional_ = std::make_unique<EncodedContext>(*std::move(encoded));
     }
-    return std::make_pair(static_cast<const EncodedContext*>(conventional_.get()),
-                          ConventionalPlacement(conventional_->tokens));
+    return std::make_pair(view(conventional_.get()), ConventionalPlacement(conventional_->tokens));
   }
   if (context == nullptr) {
     return absl::FailedPreconditionError("the task's demonstrations are not encoded yet");
@@ -164,7 +167,24 @@ absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> IclTask::Resolv
     }
     factor = *overrides.rescale_factor;
   }
-  return std::make_pair(context, StructuredPlacement(options_.group_length, factor));
+  const QueryPlacement placement = StructuredPlacement(options_.group_length, factor);
+  if (context->kv.positions.defined()) return std::make_pair(view(context), placement);
+  auto with_positions = std::make_shared<EncodedContext>(*context);  // shares the K/V tensors
+  {
+    std::lock_guard<std::mutex> lock(lazy_mutex_);
+    if (!context_positions_.defined()) {
+      const std::vector<int32_t> positions = ContextPositions(layout_);
+      auto t = model_.backend().Allocate(
+          DType::kI32, {std::max<int64_t>(static_cast<int64_t>(positions.size()), 1)});
+      if (!t.ok()) return t.status();
+      model_.backend().CopyFromHost(positions.data(), *t);
+      if (absl::Status s = model_.backend().Synchronize(); !s.ok()) return s;
+      context_positions_ = t->Rows(0, static_cast<int64_t>(positions.size()));
+    }
+    with_positions->kv.positions = context_positions_;
+  }
+  return std::make_pair(std::shared_ptr<const EncodedContext>(std::move(with_positions)),
+                        placement);
 }
 
 absl::StatusOr<std::vector<int32_t>> IclTask::QueryTokens(const Example& input,
@@ -225,7 +245,7 @@ absl::StatusOr<std::vector<std::vector<CandidateScore>>> IclTask::Score(
     const QueryOverrides& overrides) {
   auto resolved = Resolve(context, overrides);
   if (!resolved.ok()) return resolved.status();
-  return ScoreCandidates(model_, resolved->first, resolved->second, bos_id_, items);
+  return ScoreCandidates(model_, resolved->first.get(), resolved->second, bos_id_, items);
 }
 
 absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
@@ -248,7 +268,7 @@ absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
   auto labels = LabelContinuations(text);
   if (!labels.ok()) return labels.status();
   item.candidates = *std::move(labels);
-  auto scores = ScoreCandidates(model_, resolved->first, resolved->second, bos_id_, {item});
+  auto scores = ScoreCandidates(model_, resolved->first.get(), resolved->second, bos_id_, {item});
   if (!scores.ok()) return scores.status();
   std::vector<double> means;
   for (const auto& s : (*scores)[0]) means.push_back(s.mean_logprob);
@@ -393,7 +413,7 @@ absl::StatusOr<GenerationOutput> IclTask::Generate(const EncodedContext* context
   }
   auto resolved = Resolve(context, overrides);
   if (!resolved.ok()) return resolved.status();
-  auto state = QueryState::Start(model_, resolved->first, resolved->second, bos_id_, *query);
+  auto state = QueryState::Start(model_, resolved->first.get(), resolved->second, bos_id_, *query);
   if (!state.ok()) return state.status();
   if (!params.decode) {
     params.decode = [this](const std::vector<int32_t>& ids) {

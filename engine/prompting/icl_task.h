@@ -141,8 +141,9 @@ class IclTask {
   IclTask(const Transformer& model, const Tokenizer& tokenizer)
       : model_(model), tokenizer_(tokenizer) {}
   // The context and placement a query uses under `overrides` (encoding the CONVENTIONAL window on
-  // first use).
-  absl::StatusOr<std::pair<const EncodedContext*, QueryPlacement>> Resolve(
+  // first use). A group context without its keys' position ids (the disk tier's KV files do not
+  // keep them) comes back as a view of it with the ids of this task's layout.
+  absl::StatusOr<std::pair<std::shared_ptr<const EncodedContext>, QueryPlacement>> Resolve(
       const EncodedContext* context, const QueryOverrides& overrides);
   // Every label rendered through the answer template, as continuation tokens after query_text.
   absl::StatusOr<std::vector<std::vector<int32_t>>> LabelContinuations(
@@ -161,8 +162,9 @@ class IclTask {
   int32_t bos_id_ = 0;
   std::vector<std::vector<int32_t>> demo_tokens_;
   GroupLayout layout_;
-  std::mutex lazy_mutex_;  // guards the lazily built conventional window and calibration
+  std::mutex lazy_mutex_;  // guards the lazily built window, positions and calibration
   std::unique_ptr<EncodedContext> conventional_;
+  Tensor context_positions_;  // kI32: ContextPositions(layout_) on the model's backend
   std::map<std::pair<int, double>, std::vector<double>> calibration_cache_;
 };
 

@@ -1,11 +1,17 @@
 // An ALiBi model's (BLOOM's) context keeps its keys' position ids through the in-memory cache
 // paths (a conversion to the storage dtype and back, the pinned host tier), so it scores as the
-// freshly encoded one; a context that arrives without them is refused, not scored wrongly.
+// freshly encoded one; a context that arrives without them is refused by the engine, not scored
+// wrongly; and a task scores a context restored from a KV file (which does not keep them) with
+// the ids of its own layout, as the freshly encoded one (DESIGN.md §1.8's last identity).
+#include "cache/disk_tier.h"
 #include "cache/host_tier.h"
 #include "cache/kv_convert.h"
+#include "engine/model/tiny_model.h"
 #include "engine/prompting/context_encoder.h"
+#include "engine/prompting/icl_task.h"
 #include "engine/prompting/query_runner.h"
 #include "gtest/gtest.h"
+#include "tests/cache/support/cache_test_support.h"
 #include "tests/engine/support/golden_models.h"
 
 namespace manyshot::testing {
@@ -70,6 +76,49 @@ TEST_F(AlibiContextTest, AContextWithoutPositionsIsRefused) {
   absl::Status status;
   Score(stripped, &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+}
+
+TEST(AlibiTaskTest, AContextRestoredFromDiskScoresAsTheFreshOne) {
+  // A tiny BLOOM with GPT-2's vocabulary size, so the real GPT-2 tokenizer can drive a task.
+  const std::filesystem::path dir = FreshTempDir("alibi_task");
+  TinyModelSpec spec;
+  spec.family = "bloom";
+  spec.vocab_size = 50257;
+  spec.hidden_size = 64;
+  spec.intermediate_size = 256;
+  spec.num_layers = 2;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 4;
+  spec.max_position_embeddings = 2048;
+  spec.tie_word_embeddings = true;
+  spec.attention_bias = true;
+  spec.seed = 11;
+  ASSERT_TRUE(WriteTinyModel(spec, "", dir / "model").ok());
+  auto model = Transformer::Load(dir / "model", TestBackend());
+  ASSERT_TRUE(model.ok()) << model.status();
+  TaskOptions o;
+  o.input_template = "Sentence: {text}\nLabel:";
+  o.labels = {"negative", "positive"};
+  o.group_length = 48;
+  o.max_query_tokens = 64;
+  o.max_answer_tokens = 8;
+  o.alignment = Alignment::kAttentionMask;  // groups of different fill: positions differ
+  auto task = IclTask::Prepare(**model, Gpt2Tokenizer(), o, Sst2Demonstrations());
+  ASSERT_TRUE(task.ok()) << task.status();
+  ASSERT_GT((*task)->layout().groups(), 1);
+  auto fresh = (*task)->EncodeContext();
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const std::vector<double> want = ScoreSst2(**task, *fresh);
+
+  auto disk = DiskTier::Open(dir / "db", DiskTierOptions{});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  ASSERT_TRUE((*disk)->PutBlob("k", *fresh, TestBackend()).ok());
+  auto restored = (*disk)->LoadBlob("k", TestBackend(), DType::kF32);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_FALSE(restored->kv.positions.defined());  // KV files keep K/V only
+  EXPECT_TRUE((*task)->CheckContext(*restored).ok());
+  EXPECT_EQ(ScoreSst2(**task, *restored), want);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
