@@ -39,9 +39,9 @@ struct ModelConfig {
   // Norms before each sublayer (pre-LN; every family but OPT's do_layer_norm_before: false, whose
   // post-LN layers norm after the residual add and have no final norm).
   bool pre_norm = true;
-  int64_t bos_token_id = -1;            // -1 when absent
-  int64_t eos_token_id = -1;            // first id when config gives a list; -1 when absent
-  std::string hidden_act;               // "silu" (llama) or "gelu_new" (gpt2)
+  int64_t bos_token_id = -1;  // -1 when absent
+  int64_t eos_token_id = -1;  // first id when config gives a list; -1 when absent
+  std::string hidden_act;  // "silu" (llama), "gelu_new" (gpt2), "bloom_gelu" (bloom), "relu" (opt)
   std::string torch_dtype = "float32";  // informational: the stored dtype the config claims
 };
 
