@@ -7,7 +7,6 @@
 
 #include "engine/core/dtype.h"
 #include "engine/cpu/simd512.h"
-#include "engine/cpu/vector_math.h"
 
 namespace manyshot::cpu_internal {
 
@@ -21,22 +20,11 @@ constexpr int64_t kKeys = 128;  // keys per tile: K and V tiles of 128 x 128 f32
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Keys [j0, j0 + count) of `kv_head` as a contiguous f32 [count, dim] tile; 16-bit storage is read
-// as 16 bits and widened here, once per tile. Each key row is a short piece of a long stride (one
-// head of kv_heads), which the hardware prefetchers do not follow, so the same key of the next
-// tile is prefetched into L2 here: it arrives while this tile is being computed on.
-void LoadTile(const Tensor& src, int64_t kv_head, int64_t j0, int64_t count, int64_t len,
-              float* dst) {
+// as 16 bits and widened here, once per tile.
+void LoadTile(const Tensor& src, int64_t kv_head, int64_t j0, int64_t count, float* dst) {
   const int64_t kv_heads = src.dim(1), dim = src.dim(2), ld = kv_heads * dim;
   const int64_t base = (j0 * kv_heads + kv_head) * dim;
-  const int64_t row_bytes = dim * static_cast<int64_t>(DTypeSize(src.dtype()));
-  const char* bytes = static_cast<const char*>(src.raw()) + base * DTypeSize(src.dtype());
-  const int64_t ld_bytes = ld * static_cast<int64_t>(DTypeSize(src.dtype()));
-  const int64_t prefetch_count = std::clamp<int64_t>(len - (j0 + kKeys), 0, count);
   for (int64_t j = 0; j < count; ++j) {
-    if (j < prefetch_count) {
-      const char* next = bytes + (j + kKeys) * ld_bytes;
-      for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
-    }
     float* row = dst + j * dim;
     switch (src.dtype()) {
       case DType::kF32:
@@ -53,6 +41,21 @@ void LoadTile(const Tensor& src, int64_t kv_head, int64_t j0, int64_t count, int
         break;
       }
     }
+  }
+}
+
+// Each key row of one head is a short piece of a long stride (kv_heads of them per key), which the
+// hardware prefetchers do not follow: the next tile's rows are prefetched into L2 explicitly,
+// a few keys at a time while this tile's scores are computed, so the requests spread over the
+// computation instead of queueing behind each other.
+inline void PrefetchKeys(const Tensor& t, int64_t kv_head, int64_t j, int64_t n, int64_t len) {
+  const int64_t end = std::min(j + n, len);
+  const int64_t elem = static_cast<int64_t>(DTypeSize(t.dtype()));
+  const int64_t kv_heads = t.dim(1), dim = t.dim(2);
+  const char* base = static_cast<const char*>(t.raw());
+  for (; j < end; ++j) {
+    const char* row = base + ((j * kv_heads + kv_head) * dim) * elem;
+    for (int64_t b = 0; b < dim * elem; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
   }
 }
 
@@ -132,28 +135,38 @@ void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const flo
 }
 
 // Folds a tile's scores [count, kRows] into the block's running max / sum and rescales its output
-// rows; leaves exp(score - new max) in `scores`.
+// rows; leaves exp(score - new max) in `scores`. The 32 rows are two vectors throughout.
 void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* o, int64_t dim,
                    int64_t rows) {
-  float tile_max[kRows], correction[kRows], tile_sum[kRows];
-  std::fill(tile_max, tile_max + kRows, kNegInf);
+  static_assert(kRows == 32, "two vectors of rows");
+  __m512 tile_max[2] = {_mm512_set1_ps(kNegInf), _mm512_set1_ps(kNegInf)};
   for (int64_t j = 0; j < count; ++j) {
-    for (int64_t r = 0; r < kRows; ++r) tile_max[r] = std::max(tile_max[r], scores[j * kRows + r]);
-  }
-  for (int64_t r = 0; r < kRows; ++r) {
-    const float new_max = std::max(max[r], tile_max[r]);
-    correction[r] = vmath::Exp(max[r] - new_max);  // first tile: exp(-inf) = 0
-    max[r] = new_max;
-    tile_sum[r] = 0.0f;
-  }
-  for (int64_t j = 0; j < count; ++j) {
-    for (int64_t r = 0; r < kRows; ++r) {
-      const float e = vmath::Exp(scores[j * kRows + r] - max[r]);
-      scores[j * kRows + r] = e;
-      tile_sum[r] += e;
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = _mm512_max_ps(tile_max[h], _mm512_loadu_ps(scores + j * kRows + 16 * h));
     }
   }
-  for (int64_t r = 0; r < kRows; ++r) sum[r] = sum[r] * correction[r] + tile_sum[r];
+  __m512 new_max[2], tile_sum[2];
+  alignas(64) float correction[kRows];
+  for (int h = 0; h < 2; ++h) {
+    const __m512 old_max = _mm512_loadu_ps(max + 16 * h);
+    new_max[h] = _mm512_max_ps(old_max, tile_max[h]);
+    // First tile: exp(-inf) = 0.
+    _mm512_store_ps(correction + 16 * h, simd512::Exp(_mm512_sub_ps(old_max, new_max[h])));
+    _mm512_storeu_ps(max + 16 * h, new_max[h]);
+    tile_sum[h] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    for (int h = 0; h < 2; ++h) {
+      float* sj = scores + j * kRows + 16 * h;
+      const __m512 e = simd512::Exp(_mm512_sub_ps(_mm512_loadu_ps(sj), new_max[h]));
+      _mm512_storeu_ps(sj, e);
+      tile_sum[h] = _mm512_add_ps(tile_sum[h], e);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m512 c = _mm512_load_ps(correction + 16 * h);
+    _mm512_storeu_ps(sum + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16 * h), c, tile_sum[h]));
+  }
   for (int64_t r = 0; r < rows; ++r) {
     if (correction[r] == 1.0f) continue;
     for (int64_t d = 0; d < dim; ++d) o[r * dim + d] *= correction[r];
@@ -190,13 +203,17 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
   float* scores = scratch.scores.data();
   for (int64_t j0 = 0; j0 < len; j0 += kKeys) {
     const int64_t count = std::min(kKeys, len - j0);
-    LoadTile(k, kv_head, j0, count, len, scratch.k_tile.data());
-    LoadTile(v, kv_head, j0, count, len, scratch.v_tile.data());
+    LoadTile(k, kv_head, j0, count, scratch.k_tile.data());
+    LoadTile(v, kv_head, j0, count, scratch.v_tile.data());
     for (int64_t b = 0; b < blocks; ++b) {
       const float* q_t = scratch.q_t.data() + b * dim * kRows;
       int64_t j = 0;
       for (; j + 8 <= count; j += 8) {
         ScoreKeys<8>(scratch.k_tile.data() + j * dim, dim, q_t, scores + j * kRows);
+        if (b == 0) {
+          PrefetchKeys(k, kv_head, j0 + kKeys + j, 8, len);
+          PrefetchKeys(v, kv_head, j0 + kKeys + j, 8, len);
+        }
       }
       for (; j < count; ++j) {
         ScoreKeys<1>(scratch.k_tile.data() + j * dim, dim, q_t, scores + j * kRows);
