@@ -203,7 +203,7 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
   // A decode row (one new token) goes to the split-K kernel (cpu_decode_attention.h), which reads
   // its K/V once in their storage dtype; the rest are tiled below.
   auto one_token = [&](const AttentionSequence& seq) {
-    return seq.q_len == 1 && cpu_internal::DecodeKernelSupports(dim);
+    return seq.q_len == 1 && seq.alibi_slopes == nullptr && cpu_internal::DecodeKernelSupports(dim);
   };
   for (const AttentionSequence& seq : sequences) {
     if (!one_token(seq)) continue;
