@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "tests/engine/support/golden_models.h"
 #include "tests/engine/t5/t5_test_support.h"
 
 namespace manyshot::testing {
@@ -151,6 +152,50 @@ TEST_P(T5GoldenTest, IncrementalDecodeEqualsFullDecoder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothConfigs, T5GoldenTest, ::testing::ValuesIn(kT5Goldens));
+
+}  // namespace
+}  // namespace manyshot::testing
+
+namespace manyshot::testing {
+namespace {
+
+// A bf16 decoder KV cache (TransformerOptions::kv): incremental decode still equals the
+// teacher-forced pass over the same cache dtype (both read the rounded keys/values), and both
+// stay near the f32 golden (bf16 keeps 8 bits: 0.1 on logits of standard deviation 1-2).
+TEST(T5KvDtypeTest, Bf16DecoderCacheIncrementalEqualsTeacherForced) {
+  auto model = T5Model::Load(T5GoldenModelDir("v1_1"), TestBackend(),
+                             TransformerOptions{std::nullopt, DType::kBF16});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto cases = Cases(T5Golden("v1_1"));
+  const Case& c = cases[1];
+  auto encoded = (*model)->Encode({c.input});
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  std::vector<int64_t> all(c.target.size());
+  for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int64_t>(r);
+  KvCache full_cache = (*model)->NewDecoderCache(4);
+  ASSERT_EQ(full_cache.dtype(), DType::kBF16);
+  auto full = (*model)->Decode({{c.target, &full_cache, &*encoded, 0, all}});
+  ASSERT_TRUE(full.ok()) << full.status();
+  KvCache cache = (*model)->NewDecoderCache(1);
+  const std::vector<int64_t> first = {0};
+  const auto subset = T5Golden("v1_1")["vocab_subset"].get<std::vector<int64_t>>();
+  double worst_step = 0, worst_golden = 0;
+  for (size_t t = 0; t < c.target.size(); ++t) {
+    auto step = (*model)->Decode(
+        {{absl::Span<const int32_t>(c.target.data() + t, 1), &cache, &*encoded, 0, first}});
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (int64_t j = 0; j < step->vocab_size; ++j) {
+      worst_step =
+          std::max(worst_step, static_cast<double>(std::abs(step->row(0)[j] - full->row(t)[j])));
+    }
+    for (size_t i = 0; i < subset.size(); ++i) {
+      worst_golden = std::max(worst_golden, std::abs(full->row(t)[subset[i]] - c.logits[t][i]));
+    }
+  }
+  EXPECT_LE(worst_step, kTolerance);
+  EXPECT_LE(worst_golden, 0.1);
+  EXPECT_GT(worst_golden, 0.0);  // the cache really is bf16
+}
 
 }  // namespace
 }  // namespace manyshot::testing
