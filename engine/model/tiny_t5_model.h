@@ -27,7 +27,8 @@ struct TinyT5Spec {
 absl::StatusOr<std::vector<TensorToWrite>> TinyT5Tensors(const TinyT5Spec& spec);
 
 // Writes config.json, model.safetensors (or shards + index) and manyshot_tiny_model.json (a
-// marker: random weights, the seed) into out_dir (created if needed).
+// marker: random weights, the seed) into out_dir (created if needed). Weight files of an earlier
+// write with another shard count are not removed: write into an empty directory.
 absl::Status WriteTinyT5Model(const TinyT5Spec& spec, const std::filesystem::path& out_dir);
 
 }  // namespace manyshot

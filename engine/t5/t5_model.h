@@ -113,7 +113,8 @@ class T5Model {
   struct Block;
   T5Model() = default;
   absl::Status LoadWeights(const std::filesystem::path& model_dir);
-  // One attention sublayer's projections and the feed-forward, shared by both stacks.
+  // The feed-forward sublayer (T5 LayerNorm, relu or gated-gelu MLP, residual add) of a block of
+  // either stack.
   void FeedForward(const Block& w, const Tensor& x, const Tensor& h, const Tensor& up,
                    const Tensor& act) const;
 
