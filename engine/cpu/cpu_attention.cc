@@ -310,26 +310,32 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
   }
   constexpr int64_t kRowChunk = 1024;
   if (!alibi && cpu_internal::ContextKernelSupports(dim)) {
-    // The register-tiled kernels (cpu_context_kernel.h): one item per kv head and chunk of
-    // tokens, the rows of every query head sharing the kv head together, so each context tile
-    // is read once per chunk for all of them.
-    const int64_t chunk = std::max<int64_t>(1, kRowChunk / group);
-    struct GroupItem {
-      int64_t kv_head, t0, t1;
-    };
-    std::vector<GroupItem> items;
-    for (int64_t g = 0; g < kv_heads; ++g) {
-      for (int64_t t0 = 0; t0 < n; t0 += chunk) items.push_back({g, t0, std::min(n, t0 + chunk)});
+    if (n * group <= cpu_internal::kSplitKeysMaxRows) {
+      // Few rows (a query or two): threads split the keys and stream whole key rows.
+      cpu_internal::AttendContextSplitKeys(*pool_, gq.data(), n, heads, *context.k, *context.v,
+                                           context.len, scale, co.data(), clse.data());
+    } else {
+      // The register-tiled kernels (cpu_context_kernel.h): one item per kv head and chunk of
+      // tokens, the rows of every query head sharing the kv head together, so each context tile
+      // is read once per chunk for all of them.
+      const int64_t chunk = std::max<int64_t>(1, kRowChunk / group);
+      struct GroupItem {
+        int64_t kv_head, t0, t1;
+      };
+      std::vector<GroupItem> items;
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        for (int64_t t0 = 0; t0 < n; t0 += chunk) items.push_back({g, t0, std::min(n, t0 + chunk)});
+      }
+      std::vector<cpu_internal::ContextScratch> scratch(pool_->size());
+      pool_->ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
+        const GroupItem& it = items[i];
+        const int64_t head0 = it.kv_head * group;
+        cpu_internal::AttendContextRows(
+            gq.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0, group, *context.k,
+            *context.v, it.kv_head, context.len, scale, co.data() + it.t0 * q_ld + head0 * dim,
+            q_ld, clse.data() + it.t0 * heads + head0, heads, scratch[thread]);
+      });
     }
-    std::vector<cpu_internal::ContextScratch> scratch(pool_->size());
-    pool_->ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
-      const GroupItem& it = items[i];
-      const int64_t head0 = it.kv_head * group;
-      cpu_internal::AttendContextRows(gq.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0,
-                                      group, *context.k, *context.v, it.kv_head, context.len, scale,
-                                      co.data() + it.t0 * q_ld + head0 * dim, q_ld,
-                                      clse.data() + it.t0 * heads + head0, heads, scratch[thread]);
-    });
   } else {
     // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
     // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row

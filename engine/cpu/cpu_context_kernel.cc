@@ -17,29 +17,46 @@ namespace {
 
 constexpr int64_t kRows = 32;   // query rows per block: two vectors of scores per key
 constexpr int64_t kKeys = 128;  // keys per tile: K and V tiles of 128 x 128 f32 stay in L2
+// Keys per tile of the split-keys path, every kv head: 64 keys x 12 heads x 64 dims x 4 bytes,
+// K and V, is 384 KB (GPT-2), which stays in L2.
+constexpr int64_t kSplitKeys = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Keys [j0, j0 + count) of `kv_head` as a contiguous f32 [count, dim] tile; 16-bit storage is read
-// as 16 bits and widened here, once per tile.
+// dim stored values at element `offset` of src (f32, bf16 or f16) as f32: 16-bit storage is read as
+// 16 bits and widened here.
+inline void WidenRow(const Tensor& src, int64_t offset, int64_t dim, float* dst) {
+  switch (src.dtype()) {
+    case DType::kF32:
+      std::memcpy(dst, src.data<float>() + offset, dim * sizeof(float));
+      break;
+    case DType::kBF16: {
+      const uint16_t* p = src.data<uint16_t>() + offset;
+      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(dst + d, simd512::LoadBF16(p + d));
+      break;
+    }
+    default: {  // f16 (the fronts admit float K/V only)
+      const uint16_t* p = src.data<uint16_t>() + offset;
+      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(dst + d, simd512::LoadF16(p + d));
+      break;
+    }
+  }
+}
+
+// Keys [j0, j0 + count) of `kv_head` as a contiguous f32 [count, dim] tile.
 void LoadTile(const Tensor& src, int64_t kv_head, int64_t j0, int64_t count, float* dst) {
-  const int64_t kv_heads = src.dim(1), dim = src.dim(2), ld = kv_heads * dim;
-  const int64_t base = (j0 * kv_heads + kv_head) * dim;
+  const int64_t kv_heads = src.dim(1), dim = src.dim(2);
   for (int64_t j = 0; j < count; ++j) {
-    float* row = dst + j * dim;
-    switch (src.dtype()) {
-      case DType::kF32:
-        std::memcpy(row, src.data<float>() + base + j * ld, dim * sizeof(float));
-        break;
-      case DType::kBF16: {
-        const uint16_t* p = src.data<uint16_t>() + base + j * ld;
-        for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(row + d, simd512::LoadBF16(p + d));
-        break;
-      }
-      default: {  // f16 (the fronts admit float K/V only)
-        const uint16_t* p = src.data<uint16_t>() + base + j * ld;
-        for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(row + d, simd512::LoadF16(p + d));
-        break;
-      }
+    WidenRow(src, ((j0 + j) * kv_heads + kv_head) * dim, dim, dst + j * dim);
+  }
+}
+
+// Keys [j0, j0 + count) of every kv head, read in memory order (one sequential stream, which the
+// hardware prefetchers follow), into per-head tiles dst[head][key] of `tile_keys` rows of dim.
+void LoadAllHeads(const Tensor& src, int64_t j0, int64_t count, int64_t tile_keys, float* dst) {
+  const int64_t kv_heads = src.dim(1), dim = src.dim(2);
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      WidenRow(src, ((j0 + j) * kv_heads + g) * dim, dim, dst + (g * tile_keys + j) * dim);
     }
   }
 }
@@ -173,6 +190,41 @@ void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* 
   }
 }
 
+// Folds one loaded tile (count keys; K and V contiguous f32 [count, dim]) into the state of every
+// 32-row block of `rows` rows: scores against the transposed query blocks q_t, the online
+// softmax, P·V. prefetch(j) runs after the scores of keys [j, j + 8) of the first block.
+template <typename Prefetch>
+void FoldTile(const float* k_tile, const float* v_tile, int64_t count, const float* q_t,
+              int64_t rows, int64_t dim, float* scores, float* o, float* max, float* sum,
+              Prefetch&& prefetch) {
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* qb = q_t + b * dim * kRows;
+    int64_t j = 0;
+    for (; j + 8 <= count; j += 8) {
+      ScoreKeys<8>(k_tile + j * dim, dim, qb, scores + j * kRows);
+      if (b == 0) prefetch(j);
+    }
+    for (; j < count; ++j) ScoreKeys<1>(k_tile + j * dim, dim, qb, scores + j * kRows);
+    const int64_t block_rows = std::min(kRows, rows - b * kRows);
+    float* ob = o + b * kRows * dim;
+    OnlineSoftmax(scores, count, max + b * kRows, sum + b * kRows, ob, dim, block_rows);
+    AccumulateBlockAnyDim(dim, scores, count, v_tile, ob, block_rows);
+  }
+}
+
+// Query rows r = (token, head of the group) of kv head g transposed into 32-row blocks
+// [dim, 32] and scaled (padding rows zero: their scores are computed and ignored).
+void TransposeQueries(const float* q, int64_t q_ld, int64_t tokens, int64_t group, int64_t dim,
+                      float scale, float* q_t) {
+  const int64_t rows = tokens * group;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* block = q_t + (r / kRows) * dim * kRows + r % kRows;
+    const float* qr = q + (r / group) * q_ld + (r % group) * dim;
+    for (int64_t d = 0; d < dim; ++d) block[d * kRows] = qr[d] * scale;
+  }
+}
+
 }  // namespace
 
 bool ContextKernelSupports(int64_t head_dim) {
@@ -186,14 +238,8 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
   const int64_t dim = k.dim(2);
   const int64_t blocks = (rows + kRows - 1) / kRows;
   const int64_t padded = blocks * kRows;
-  // Query blocks transposed to [dim, 32] and scaled once (padding rows are zero: their scores
-  // are computed and ignored).
   scratch.q_t.assign(static_cast<size_t>(blocks * dim * kRows), 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* block = scratch.q_t.data() + (r / kRows) * dim * kRows + r % kRows;
-    const float* qr = q + (r / group) * q_ld + (r % group) * dim;
-    for (int64_t d = 0; d < dim; ++d) block[d * kRows] = qr[d] * scale;
-  }
+  TransposeQueries(q, q_ld, tokens, group, dim, scale, scratch.q_t.data());
   scratch.o.assign(static_cast<size_t>(padded * dim), 0.0f);
   scratch.max.assign(static_cast<size_t>(padded), kNegInf);
   scratch.sum.assign(static_cast<size_t>(padded), 0.0f);
@@ -205,25 +251,11 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
     const int64_t count = std::min(kKeys, len - j0);
     LoadTile(k, kv_head, j0, count, scratch.k_tile.data());
     LoadTile(v, kv_head, j0, count, scratch.v_tile.data());
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* q_t = scratch.q_t.data() + b * dim * kRows;
-      int64_t j = 0;
-      for (; j + 8 <= count; j += 8) {
-        ScoreKeys<8>(scratch.k_tile.data() + j * dim, dim, q_t, scores + j * kRows);
-        if (b == 0) {
-          PrefetchKeys(k, kv_head, j0 + kKeys + j, 8, len);
-          PrefetchKeys(v, kv_head, j0 + kKeys + j, 8, len);
-        }
-      }
-      for (; j < count; ++j) {
-        ScoreKeys<1>(scratch.k_tile.data() + j * dim, dim, q_t, scores + j * kRows);
-      }
-      const int64_t block_rows = std::min(kRows, rows - b * kRows);
-      float* o = scratch.o.data() + b * kRows * dim;
-      OnlineSoftmax(scores, count, scratch.max.data() + b * kRows, scratch.sum.data() + b * kRows,
-                    o, dim, block_rows);
-      AccumulateBlockAnyDim(dim, scores, count, scratch.v_tile.data(), o, block_rows);
-    }
+    FoldTile(scratch.k_tile.data(), scratch.v_tile.data(), count, scratch.q_t.data(), rows, dim,
+             scores, scratch.o.data(), scratch.max.data(), scratch.sum.data(), [&](int64_t j) {
+               PrefetchKeys(k, kv_head, j0 + kKeys + j, 8, len);
+               PrefetchKeys(v, kv_head, j0 + kKeys + j, 8, len);
+             });
   }
   for (int64_t r = 0; r < rows; ++r) {
     // Every key is visible, so sum >= 1 (the maximum's own term).
@@ -231,6 +263,75 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
     float* orow = out + (r / group) * out_ld + (r % group) * dim;
     for (int64_t d = 0; d < dim; ++d) orow[d] = scratch.o[r * dim + d] * inv;
     lse[(r / group) * lse_ld + r % group] = scratch.max[r] + std::log(scratch.sum[r]);
+  }
+}
+
+void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
+                            const Tensor& k, const Tensor& v, int64_t len, float scale, float* out,
+                            float* lse) {
+  const int64_t kv_heads = k.dim(1), dim = k.dim(2), group = heads / kv_heads;
+  const int64_t rows = tokens * group;  // per kv head
+  const int64_t blocks = (rows + kRows - 1) / kRows, padded = blocks * kRows;
+  const int64_t q_ld = heads * dim;
+  std::vector<float> q_t(static_cast<size_t>(kv_heads * blocks * dim * kRows), 0.0f);
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    TransposeQueries(q + g * group * dim, q_ld, tokens, group, dim, scale,
+                     q_t.data() + g * blocks * dim * kRows);
+  }
+  // Several chunks per thread (dynamic hand-out evens out a loaded machine), whole tiles each.
+  const int64_t threads = pool.size();
+  const int64_t per_chunk = (len + 4 * threads - 1) / (4 * threads);
+  const int64_t chunk =
+      (std::max(per_chunk, kSplitKeys) + kSplitKeys - 1) / kSplitKeys * kSplitKeys;
+  const int64_t chunks = (len + chunk - 1) / chunk;
+  struct Part {
+    std::vector<float> o, max, sum;  // [kv head][padded row] (x dim for o)
+  };
+  struct Tiles {
+    std::vector<float> k, v, scores;
+  };
+  std::vector<Part> parts(static_cast<size_t>(chunks));
+  std::vector<Tiles> tiles(static_cast<size_t>(threads));
+  pool.ParallelForEach(chunks, [&](int64_t c, int thread) {
+    Part& p = parts[c];
+    p.o.assign(static_cast<size_t>(kv_heads * padded * dim), 0.0f);
+    p.max.assign(static_cast<size_t>(kv_heads * padded), kNegInf);
+    p.sum.assign(static_cast<size_t>(kv_heads * padded), 0.0f);
+    Tiles& t = tiles[thread];
+    t.k.resize(static_cast<size_t>(kv_heads * kSplitKeys * dim));
+    t.v.resize(t.k.size());
+    t.scores.resize(static_cast<size_t>(kSplitKeys * kRows));
+    const int64_t end = std::min(len, (c + 1) * chunk);
+    for (int64_t j0 = c * chunk; j0 < end; j0 += kSplitKeys) {
+      const int64_t count = std::min(kSplitKeys, end - j0);
+      LoadAllHeads(k, j0, count, kSplitKeys, t.k.data());
+      LoadAllHeads(v, j0, count, kSplitKeys, t.v.data());
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        FoldTile(t.k.data() + g * kSplitKeys * dim, t.v.data() + g * kSplitKeys * dim, count,
+                 q_t.data() + g * blocks * dim * kRows, rows, dim, t.scores.data(),
+                 p.o.data() + g * padded * dim, p.max.data() + g * padded,
+                 p.sum.data() + g * padded, [](int64_t) {});
+      }
+    }
+  });
+  // Merge the chunks' states by their log-sum-exp.
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = g * padded + r;
+      float m = kNegInf;
+      for (const Part& p : parts) m = std::max(m, p.max[i]);
+      float total = 0.0f;
+      float* orow = out + (r / group) * q_ld + (g * group + r % group) * dim;
+      std::fill(orow, orow + dim, 0.0f);
+      for (const Part& p : parts) {
+        const float w = std::exp(p.max[i] - m);
+        total += p.sum[i] * w;
+        for (int64_t d = 0; d < dim; ++d) orow[d] += p.o[i * dim + d] * w;
+      }
+      const float inv = 1.0f / total;  // every key is visible: the maximum's own term is 1
+      for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
+      lse[(r / group) * heads + g * group + r % group] = m + std::log(total);
+    }
   }
 }
 
@@ -242,6 +343,9 @@ bool ContextKernelSupports(int64_t) { return false; }
 void AttendContextRows(const float*, int64_t, int64_t, int64_t, const Tensor&, const Tensor&,
                        int64_t, int64_t, float, float*, int64_t, float*, int64_t, ContextScratch&) {
 }
+
+void AttendContextSplitKeys(ThreadPool&, const float*, int64_t, int64_t, const Tensor&,
+                            const Tensor&, int64_t, float, float*, float*) {}
 
 #endif
 

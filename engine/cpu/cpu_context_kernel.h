@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace manyshot::cpu_internal {
 
@@ -36,5 +37,18 @@ struct ContextScratch {
 void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t group, const Tensor& k,
                        const Tensor& v, int64_t kv_head, int64_t len, float scale, float* out,
                        int64_t out_ld, float* lse, int64_t lse_ld, ContextScratch& scratch);
+
+// Most query rows per kv head for which AttendContextSplitKeys is the faster path: with few rows
+// the work per key is small and reading the context is what bounds it.
+constexpr int64_t kSplitKeysMaxRows = 64;
+
+// The same attention for every head at once, for few query rows (tokens x group <=
+// kSplitKeysMaxRows): threads take ranges of keys instead of heads and read whole key rows (every
+// kv head) in memory order, one sequential stream the hardware prefetchers follow, where one
+// head's rows are short pieces of a long stride that they do not; the ranges' states are merged
+// by their log-sum-exp. q and out [tokens, heads, head_dim], lse [tokens, heads], contiguous.
+void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
+                            const Tensor& k, const Tensor& v, int64_t len, float scale, float* out,
+                            float* lse);
 
 }  // namespace manyshot::cpu_internal
