@@ -5,6 +5,9 @@
 // A query row attends to the union of the keys of its blocks with ONE softmax over that union:
 // every block is one AttendBiased sequence, the blocks of a query range run in successive rounds,
 // and each round's (o, lse) is merged into the first with Backend::MergeStates, which is exact.
+// Why states and not one call per query range: AttendBiased reads one contiguous key range per
+// sequence, and a SAICL demonstration's keys (its segment and the test segment) are not
+// contiguous in the batch; merging two states costs O(rows x d) and copies no keys.
 // Nothing of size [T, T] is built: the work and memory are those of the blocks (for SAICL,
 // linear in the number of demonstrations), and a bias is the diagonal form of T5RelativeBias.
 #pragma once
