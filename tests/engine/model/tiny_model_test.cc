@@ -119,7 +119,9 @@ TEST(TinyModelTest, GoldenModelFingerprintsArePinned) {
   const std::map<std::string, std::string> pinned = {
       {"gpt2", "2954371a4846c597"},           {"llama", "fcfda5f3892b18c8"},
       {"llama_gqa_tied", "01795138c9990707"}, {"mistral", "91b81b44a8771c01"},
-      {"qwen2", "cbc4aa834906230e"},
+      {"qwen2", "cbc4aa834906230e"},          {"bloom", "f04446e7631a7813"},
+      {"bloom_heads6", "7419abcbe9c2b874"},   {"opt", "ac9ce1eb55ae44de"},
+      {"opt_post_ln", "ec6b0b58f6254e06"},
   };
   for (const auto& [name, fingerprint] : pinned) {
     TempDir dir;
