@@ -17,9 +17,11 @@ ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
 ABSL_FLAG(std::string, tokenizer_dir, "",
           "directory whose tokenizer files are copied into the model (optional)");
 ABSL_FLAG(uint64_t, seed, 0, "PRNG seed for the weights");
-ABSL_FLAG(int64_t, vocab_size, 0, "vocabulary size; 0 = 50257 for gpt2, 32000 otherwise");
+ABSL_FLAG(int64_t, vocab_size, 0,
+          "vocabulary size; 0 = 50257 for gpt2, 50272 for opt, 32000 otherwise");
 ABSL_FLAG(int64_t, hidden_size, 64, "hidden size");
-ABSL_FLAG(int64_t, intermediate_size, 0, "MLP width; 0 = 4*hidden for gpt2, 160 otherwise");
+ABSL_FLAG(int64_t, intermediate_size, 0,
+          "MLP width; 0 = 4*hidden for gpt2, bloom and opt, 160 otherwise");
 ABSL_FLAG(int64_t, layers, 2, "number of layers");
 ABSL_FLAG(int64_t, heads, 4, "attention heads");
 ABSL_FLAG(int64_t, kv_heads, 0, "key/value heads; 0 = heads");
@@ -66,10 +68,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   spec.vocab_size = absl::GetFlag(FLAGS_vocab_size);
-  if (spec.vocab_size == 0) spec.vocab_size = gpt2 ? 50257 : 32000;
+  const bool opt = spec.family == "opt";
+  if (spec.vocab_size == 0) spec.vocab_size = gpt2 ? 50257 : opt ? 50272 : 32000;
   spec.hidden_size = absl::GetFlag(FLAGS_hidden_size);
   spec.intermediate_size = absl::GetFlag(FLAGS_intermediate_size);
-  if (spec.intermediate_size == 0) spec.intermediate_size = gpt2 ? 4 * spec.hidden_size : 160;
+  const bool four_h = gpt2 || opt || spec.family == "bloom";  // their MLPs are 4 * hidden wide
+  if (spec.intermediate_size == 0) spec.intermediate_size = four_h ? 4 * spec.hidden_size : 160;
   spec.num_layers = absl::GetFlag(FLAGS_layers);
   spec.num_heads = absl::GetFlag(FLAGS_heads);
   spec.num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
