@@ -48,7 +48,12 @@ ABSL_FLAG(uint32_t, max_answer_tokens, 0,
 ABSL_FLAG(bool, replace, false, "create: replace an existing task with different content");
 ABSL_FLAG(int, chunk, 1000, "create: demonstrations per CreateTask request message");
 
-ABSL_FLAG(std::string, mode, "", "structured|conventional|parallel (create: the task's default)");
+ABSL_FLAG(std::string, mode, "",
+          "structured|conventional|parallel (decoder-only), conventional|saicl|fid|ensemble|"
+          "group_fid (encoder-decoder, create only) (create: the task's default)");
+ABSL_FLAG(uint32_t, groups, 0, "create: G, demonstration groups of group_fid / ensemble (T5)");
+ABSL_FLAG(uint32_t, segment_length, 0,
+          "create: S, tokens per demonstration / test segment (T5; 0: min(256, longest))");
 ABSL_FLAG(double, rescale_factor, 0, "Rescale factor for structured mode (0: default M)");
 
 ABSL_FLAG(int, batch, 32, "classify/score: inputs per request");

@@ -45,6 +45,8 @@ ABSL_DECLARE_FLAG(int, chunk);
 
 // create, classify, score, generate
 ABSL_DECLARE_FLAG(std::string, mode);
+ABSL_DECLARE_FLAG(uint32_t, groups);
+ABSL_DECLARE_FLAG(uint32_t, segment_length);
 ABSL_DECLARE_FLAG(double, rescale_factor);
 
 // classify, score

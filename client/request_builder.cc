@@ -128,8 +128,15 @@ absl::StatusOr<v1::Mode> ParseMode(std::string_view name) {
   if (lower == "structured") return v1::MODE_STRUCTURED;
   if (lower == "conventional") return v1::MODE_CONVENTIONAL;
   if (lower == "parallel") return v1::MODE_PARALLEL;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--mode=", lower, ": expected structured, conventional or parallel"));
+  // Encoder-decoder (T5) modes (#14).
+  if (lower == "saicl") return v1::MODE_SAICL;
+  if (lower == "fid") return v1::MODE_FID;
+  if (lower == "ensemble") return v1::MODE_ENSEMBLE;
+  if (lower == "group_fid") return v1::MODE_GROUP_FID;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--mode=", lower,
+      ": expected structured, conventional or parallel (decoder-only models), or conventional, "
+      "saicl, fid, ensemble or group_fid (encoder-decoder models)"));
 }
 
 absl::StatusOr<std::vector<v1::Demonstration>> BuildDemonstrations(

@@ -134,6 +134,8 @@ int RunCreate(const CliContext& cli) {
   auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return ReportUsageError(cmd, std::string(mode.status().message()));
   spec.set_mode(*mode);
+  spec.set_groups(absl::GetFlag(FLAGS_groups));
+  spec.set_segment_length(absl::GetFlag(FLAGS_segment_length));
   double rescale = absl::GetFlag(FLAGS_rescale_factor);
   if (rescale < 0) return ReportUsageError(cmd, "--rescale_factor must be >= 0");
   spec.set_rescale_factor(rescale);

@@ -74,7 +74,7 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
       tenant, held, static_cast<size_t>(request.inputs_size()), abandoned,
       [shared_done](absl::Status s) { (*shared_done)(std::move(s)); },
       [&parts, &metrics, held, inputs = std::move(inputs), overrides = *overrides, abandoned,
-       request_id = request.request_id(), shared_done](IclTask& task) {
+       request_id = request.request_id(), shared_done](ServedTask& task) {
         auto items = task.PrepareClassify(inputs);
         if (!items.ok()) return (*shared_done)(items.status());
         parts.scheduler.Classify(held, *std::move(items), overrides, abandoned,

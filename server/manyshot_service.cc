@@ -207,7 +207,7 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
   parts_.Prepare(
       TenantOf(context), *version, items, reactor->abandoned, finish,
       [this, held = *version, inputs = std::move(inputs), candidates, overrides = *overrides,
-       results, abandoned = reactor->abandoned, finish](IclTask& task) {
+       results, abandoned = reactor->abandoned, finish](ServedTask& task) {
         auto prepared = task.PrepareChoices(inputs, *candidates);
         if (!prepared.ok()) return finish(prepared.status());
         auto prepared_items =
@@ -237,22 +237,33 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   }
   v1::ServerInfo& info = out.emplace();
   info.set_version(kVersion);
-  const ModelConfig& c = parts_.model->transformer->config();
   auto* model = info.mutable_model();
   model->set_path(parts_.model->path.string());
-  model->set_model_type(c.model_type);
-  model->set_layers(static_cast<uint32_t>(c.num_layers));
-  model->set_hidden_size(static_cast<uint32_t>(c.hidden_size));
-  model->set_heads(static_cast<uint32_t>(c.num_heads));
-  model->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
-  model->set_head_dim(static_cast<uint32_t>(c.head_dim));
-  model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
-  model->set_context_length(static_cast<uint32_t>(c.max_position_embeddings));
-  model->set_fingerprint(parts_.model->transformer->fingerprint());
+  model->set_model_type(parts_.model->model_type());
+  model->set_encoder_decoder(parts_.model->encoder_decoder());
+  if (parts_.model->encoder_decoder()) {
+    const T5Config& c = parts_.model->t5->config();
+    model->set_layers(static_cast<uint32_t>(c.num_layers));
+    model->set_hidden_size(static_cast<uint32_t>(c.d_model));
+    model->set_heads(static_cast<uint32_t>(c.num_heads));
+    model->set_kv_heads(static_cast<uint32_t>(c.num_heads));
+    model->set_head_dim(static_cast<uint32_t>(c.d_kv));
+    model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
+  } else {
+    const ModelConfig& c = parts_.model->transformer->config();
+    model->set_layers(static_cast<uint32_t>(c.num_layers));
+    model->set_hidden_size(static_cast<uint32_t>(c.hidden_size));
+    model->set_heads(static_cast<uint32_t>(c.num_heads));
+    model->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
+    model->set_head_dim(static_cast<uint32_t>(c.head_dim));
+    model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
+    model->set_context_length(static_cast<uint32_t>(c.max_position_embeddings));
+    model->set_weight_dtype(std::string(DTypeName(parts_.model->transformer->stored_dtype())));
+  }
+  model->set_fingerprint(parts_.model->fingerprint());
   model->set_random_weights(parts_.model->random_weights);
   model->set_tokenizer_kind(parts_.model->tokenizer->kind());
   model->set_tokenizer_fingerprint(parts_.model->tokenizer->fingerprint());
-  model->set_weight_dtype(std::string(DTypeName(parts_.model->transformer->stored_dtype())));
 
   auto* backend = info.mutable_backend();
   backend->set_name(parts_.model->backend->name());
@@ -263,8 +274,8 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   if (!on_gpu) backend->set_blas_kernel(BlasKernelName());
   backend->set_description(parts_.model->backend->description());
   backend->set_selection(parts_.model->backend_selection);
-  backend->set_compute_dtype(std::string(DTypeName(parts_.model->transformer->compute_dtype())));
-  backend->set_kv_dtype(std::string(DTypeName(parts_.model->transformer->kv_dtype())));
+  backend->set_compute_dtype(std::string(DTypeName(parts_.model->compute_dtype())));
+  backend->set_kv_dtype(std::string(DTypeName(parts_.model->kv_dtype())));
   backend->set_cuda_built(CudaBuilt());
   backend->set_device_index(static_cast<uint32_t>(parts_.model->backend->device_index()));
   auto* limits = info.mutable_limits();

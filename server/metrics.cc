@@ -29,6 +29,17 @@ void Metrics::SetBackend(const std::string& backend, const std::string& device,
       .Set(1);
 }
 
+void Metrics::SetModel(const std::string& model_type, const std::string& architecture) {
+  prometheus::BuildGauge()
+      .Name("manyshot_model_info")
+      .Help(
+          "Always 1; labels describe the served model (architecture: decoder-only or "
+          "encoder-decoder).")
+      .Register(*registry_)
+      .Add({{"model_type", model_type}, {"architecture", architecture}})
+      .Set(1);
+}
+
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& address) {
   std::unique_ptr<Metrics> metrics(new Metrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();

@@ -26,6 +26,8 @@ class Metrics {
   // info says what was built).
   void SetBackend(const std::string& backend, const std::string& device,
                   const std::string& compute_dtype, const std::string& kv_dtype);
+  // manyshot_model_info{model_type, architecture} 1: the served model ("t5", "encoder-decoder").
+  void SetModel(const std::string& model_type, const std::string& architecture);
   // The bound port, or 0 when not serving.
   int port() const { return port_; }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
+#include "engine/model/t5_config.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
@@ -172,6 +173,48 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
           absl::StrCat("--compute_dtype=", config.compute_dtype, " is not one of f32, bf16, f16"));
     }
   }
+  // An encoder-decoder (T5) directory loads as T5Model; every other model_type as a Transformer,
+  // whose loader names what it does not support.
+  auto model_type = ConfigModelType(model_dir / "config.json");
+  if (model_type.ok() && *model_type == "t5") {
+    auto t5 = T5Model::Load(model_dir, *loaded.backend, options);
+    if (!t5.ok()) {
+      return absl::Status(
+          t5.status().code(),
+          absl::StrCat("loading the model in ", model_dir.string(), ": ", t5.status().message()));
+    }
+    loaded.t5 = *std::move(t5);
+    auto tokenizer = LoadTokenizer(model_dir);
+    if (!tokenizer.ok()) {
+      return absl::Status(tokenizer.status().code(),
+                          absl::StrCat("loading the tokenizer in ", model_dir.string(), ": ",
+                                       tokenizer.status().message()));
+    }
+    loaded.tokenizer = *std::move(tokenizer);
+    const T5Config& c = loaded.t5->config();
+    if (loaded.tokenizer->vocab_size() > c.vocab_size) {
+      spdlog::warn(
+          "the tokenizer has {} ids but the model's vocabulary is {}: ids past it will be "
+          "rejected",
+          loaded.tokenizer->vocab_size(), c.vocab_size);
+    }
+    spdlog::info(
+        "model loaded in {} ms: {} (t5, encoder-decoder, {} encoder / {} decoder layers, d_model "
+        "{}, {} heads of {}, vocab {}, computed in {}, fingerprint {}), tokenizer {} {}, backend "
+        "{}",
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+            .count(),
+        model_dir.string(), c.num_layers, c.num_decoder_layers, c.d_model, c.num_heads, c.d_kv,
+        c.vocab_size, std::string(DTypeName(loaded.t5->compute_dtype())), loaded.t5->fingerprint(),
+        loaded.tokenizer->kind(), loaded.tokenizer->fingerprint(), loaded.backend->description());
+    if (loaded.random_weights) {
+      spdlog::warn(
+          "the model in {} has RANDOM weights ({} is present): its answers are meaningless",
+          model_dir.string(), kTinyModelMarker);
+    }
+    return loaded;
+  }
   auto transformer = Transformer::Load(model_dir, *loaded.backend, options);
   if (!transformer.ok()) {
     return absl::Status(transformer.status().code(),
@@ -194,7 +237,8 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
         loaded.tokenizer->vocab_size(), c.vocab_size);
   }
   spdlog::info(
-      "model loaded in {} ms: {} ({}, {} layers, hidden {}, {} heads / {} kv, vocab {}, context "
+      "model loaded in {} ms: {} ({}, decoder-only, {} layers, hidden {}, {} heads / {} kv, vocab "
+      "{}, context "
       "{}, weights {} computed in {}, KV {}, fingerprint {}), tokenizer {} {}, backend {}",
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                             start)

@@ -1,6 +1,7 @@
-// The model the server serves: the backend, the transformer on it and the tokenizer, loaded once
-// at startup. With no --model_dir the server serves a generated tiny GPT-2-style model with RANDOM
-// weights (the real GPT-2 tokenizer, so the plumbing is real, but its answers are meaningless).
+// The model the server serves: the backend, the model on it (a decoder-only Transformer, or a
+// T5Model when config.json's model_type is "t5") and the tokenizer, loaded once at startup. With no
+// --model_dir the server serves a generated tiny GPT-2-style model with RANDOM weights (the real
+// GPT-2 tokenizer, so the plumbing is real, but its answers are meaningless).
 #pragma once
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/backend.h"
 #include "engine/model/tiny_model.h"
+#include "engine/t5/t5_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/transformer/transformer.h"
 #include "server/server_config.h"
@@ -19,12 +21,26 @@ struct LoadedModel {
   // Declared first so it is destroyed last: the transformer's tensors live on it.
   std::unique_ptr<Backend> backend;
   std::string backend_selection;  // why this backend: the flag, or what the GPU probe found
+  // Exactly one of these is set: `transformer` for decoder-only models, `t5` for encoder-decoder
+  // ones.
   std::unique_ptr<Transformer> transformer;
+  std::unique_ptr<T5Model> t5;
   std::unique_ptr<Tokenizer> tokenizer;
   std::filesystem::path path;  // the model directory served
   // True when the directory holds the tiny-model marker (manyshot_tiny_model.json): the weights
   // were generated at random and the model's answers mean nothing.
   bool random_weights = false;
+
+  bool encoder_decoder() const { return t5 != nullptr; }
+  // "decoder-only" or "encoder-decoder" (GetServerInfo, logs, metrics).
+  const char* architecture() const { return t5 ? "encoder-decoder" : "decoder-only"; }
+  // config.json's model_type: "t5", "llama", "gpt2", ...
+  std::string model_type() const { return t5 ? "t5" : transformer->config().model_type; }
+  DType compute_dtype() const { return t5 ? t5->compute_dtype() : transformer->compute_dtype(); }
+  DType kv_dtype() const { return t5 ? t5->kv_dtype() : transformer->kv_dtype(); }
+  const std::string& fingerprint() const {
+    return t5 ? t5->fingerprint() : transformer->fingerprint();
+  }
 };
 
 // Where the default model lives inside the data directory.

@@ -113,8 +113,9 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   if (!model.ok()) return model.status();
   app->model_ = std::make_shared<const LoadedModel>(*std::move(model));
   app->metrics_->SetBackend(app->model_->backend->name(), app->model_->backend->description(),
-                            std::string(DTypeName(app->model_->transformer->compute_dtype())),
-                            std::string(DTypeName(app->model_->transformer->kv_dtype())));
+                            std::string(DTypeName(app->model_->compute_dtype())),
+                            std::string(DTypeName(app->model_->kv_dtype())));
+  app->metrics_->SetModel(app->model_->model_type(), app->model_->architecture());
 
   // The KV cache (RocksDB under the data directory) and the tasks it holds.
   ContextCacheOptions cache_options;

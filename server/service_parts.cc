@@ -53,7 +53,7 @@ grpc::Status ServiceParts::Record(const char* method, const grpc::ServerContextB
 void ServiceParts::Prepare(const std::string& tenant, std::shared_ptr<const TaskVersion> version,
                            size_t inputs, Scheduler::AbandonFlag abandoned,
                            std::function<void(absl::Status)> fail,
-                           std::function<void(IclTask&)> prepare) {
+                           std::function<void(ServedTask&)> prepare) {
   const std::string task_id = version->task_id;
   auto work = [this, version = std::move(version), abandoned = std::move(abandoned), fail,
                prepare = std::move(prepare)] {

@@ -40,7 +40,7 @@ struct ServiceParts {
   // rebuilt.
   void Prepare(const std::string& tenant, std::shared_ptr<const TaskVersion> version, size_t inputs,
                Scheduler::AbandonFlag abandoned, std::function<void(absl::Status)> fail,
-               std::function<void(IclTask&)> prepare);
+               std::function<void(ServedTask&)> prepare);
 
   // Counts, times and logs one finished call (or StreamClassify request); returns `status`.
   grpc::Status Record(const char* method, const grpc::ServerContextBase* context,

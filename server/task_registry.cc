@@ -1,9 +1,13 @@
 #include "server/task_registry.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "cache/cache_key.h"
+#include "engine/prompting/icl_served_task.h"
+#include "engine/t5/t5_task.h"
+#include "server/t5_task_spec.h"
 #include "server/task_spec.h"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +38,15 @@ void SetTime(google::protobuf::Timestamp* t, int64_t micros) {
   t->set_seconds(micros / 1000000);
   t->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
 }
+
+// What a T5 task keeps between queries (TaskStats.cache_holds; README "T5").
+constexpr char kT5CacheHolds[] =
+    "each demonstration's token ids (cut to the segment length) and the first encoder layer's "
+    "q|k|v of its tokens, in memory, rebuilt from the stored demonstrations after a restart; "
+    "nothing in the KV tiers: from the first layer's attention on, a demonstration's encoder "
+    "states depend on the test input, so the encoder runs per query over every demonstration in "
+    "one batch (per-query encoder work linear in the number of demonstrations in SAICL, FID, "
+    "ENSEMBLE and GROUP_FID)";
 
 }  // namespace
 
@@ -145,7 +158,25 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
     const Progress& progress) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
   // Everything a request can get wrong is checked before the task becomes visible as ENCODING.
-  auto options = ToTaskOptions(spec, config_);
+  if (auto s = CheckModeForModel(spec.mode(), model_.encoder_decoder(), model_.model_type(),
+                                 "spec.mode");
+      !s.ok()) {
+    return s;
+  }
+  std::optional<T5TaskOptions> t5_options;
+  if (model_.encoder_decoder()) {
+    auto parsed = ToT5TaskOptions(spec, config_);
+    if (!parsed.ok()) return parsed.status();
+    t5_options = *std::move(parsed);
+  } else if (spec.groups() != 0 || spec.segment_length() != 0 ||
+             spec.group_attention() != v1::GROUP_ATTENTION_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.groups, spec.segment_length and spec.group_attention apply to encoder-decoder "
+        "models; this server's model is ",
+        model_.model_type(), " (decoder-only)"));
+  }
+  auto options =
+      t5_options ? absl::StatusOr<TaskOptions>(t5_options->common) : ToTaskOptions(spec, config_);
   if (!options.ok()) return options.status();
   auto examples = ToDemonstrations(demos, spec, config_);
   if (!examples.ok()) return examples.status();
@@ -218,6 +249,10 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   };
 
   if (progress) progress(v1::CreateTaskProgress::PHASE_TOKENIZING, 0, 0, 0);
+  if (t5_options) {
+    return CreateT5(tenant, task_id, spec, demos, *t5_options, *examples, hash, now, previous,
+                    fail);
+  }
   auto prepared = IclTask::Prepare(*model_.transformer, *model_.tokenizer, *options, *examples);
   if (!prepared.ok()) return fail(prepared.status());
   std::shared_ptr<IclTask> task = *std::move(prepared);
@@ -226,7 +261,8 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   auto version = std::make_shared<TaskVersion>();
   version->tenant = tenant;
   version->task_id = task_id;
-  version->task = task;
+  version->icl_task = task;
+  version->task = std::make_shared<IclServedTask>(task);
   *version->stored.mutable_spec() = spec;
   *version->stored.mutable_demonstrations() = demos;
   v1::Task& t = *version->stored.mutable_task();
@@ -282,20 +318,74 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   });
   if (!pinned.ok()) return fail(pinned.status());
   stats->set_encode_seconds(encode_seconds);
+  return Publish(version, previous);
+}
+
+TaskRegistry::CreateResult TaskRegistry::Publish(const std::shared_ptr<TaskVersion>& version,
+                                                 const Entry& previous) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     version->generation = next_generation_++;
     if (previous.current) previous.current->retired.store(true);
     Entry ready;
     ready.current = version;
-    entries_[key] = std::move(ready);
+    entries_[Key(version->tenant, version->task_id)] = std::move(ready);
   }
   CreateResult result;
-  result.task = t;
+  result.task = version->stored.task();
   FillTiers(result.task, version->record.kv_key);
   result.created = true;
   result.replaced = previous.current != nullptr || previous.quarantined;
   return result;
+}
+
+absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
+    const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
+    const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos,
+    const T5TaskOptions& options, const std::vector<Example>& examples, const std::string& hash,
+    int64_t now, const Entry& previous, const std::function<absl::Status(absl::Status)>& fail) {
+  const auto start = std::chrono::steady_clock::now();
+  auto prepared = T5Task::Prepare(*model_.t5, *model_.tokenizer, options, examples);
+  if (!prepared.ok()) return fail(prepared.status());
+  std::shared_ptr<T5Task> task = *std::move(prepared);
+  const T5DemonstrationSet& set = task->demonstrations();
+
+  auto version = std::make_shared<TaskVersion>();
+  version->tenant = tenant;
+  version->task_id = task_id;
+  version->task = task;
+  *version->stored.mutable_spec() = spec;
+  *version->stored.mutable_demonstrations() = demos;
+  v1::Task& t = *version->stored.mutable_task();
+  t.set_task_id(task_id);
+  *t.mutable_spec() = spec;
+  t.set_state(v1::TASK_STATE_READY);
+  t.set_content_hash(hash);
+  SetTime(t.mutable_create_time(), now);
+  auto* stats = t.mutable_stats();
+  stats->set_demonstrations(static_cast<uint64_t>(set.demonstrations()));
+  int64_t tokens = 0;
+  for (const auto& segment : set.segments) tokens += static_cast<int64_t>(segment.size());
+  stats->set_context_tokens(static_cast<uint64_t>(tokens));
+  stats->set_truncated_demonstrations(static_cast<uint64_t>(set.truncated_demonstrations));
+  stats->set_segment_length(static_cast<uint32_t>(set.segment_length));
+  stats->set_cache_holds(kT5CacheHolds);
+  stats->set_cache_bytes(0);  // nothing in the KV tiers
+  stats->set_encode_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+
+  // The record alone goes to RocksDB (one synced batch, replacing a previous version): the task
+  // is rebuilt from its stored demonstrations after a restart. Its kv_key names no blob.
+  version->record.task_id = RecordId(tenant, task_id);
+  version->record.tenant = tenant;
+  version->record.content_hash = hash;
+  version->record.kv_key = absl::StrCat("t5-no-kv:", model_.fingerprint(), ":", tenant, ":", hash);
+  version->record.created_unix_micros = now;
+  version->record.spec = version->stored.SerializeAsString();
+  if (absl::Status s = cache_.disk().PutTask(version->record, nullptr, *model_.backend); !s.ok()) {
+    return fail(s);
+  }
+  return Publish(version, previous);
 }
 
 absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
@@ -395,17 +485,33 @@ absl::StatusOr<std::shared_ptr<const TaskVersion>> TaskRegistry::Resolve(
       absl::StrCat("task \"", task_id, "\" is FAILED: ", entry.shown.error()));
 }
 
-absl::StatusOr<std::shared_ptr<IclTask>> TaskRegistry::EngineTask(const TaskVersion& version) {
+absl::StatusOr<std::shared_ptr<ServedTask>> TaskRegistry::EngineTask(const TaskVersion& version) {
   std::lock_guard<std::mutex> lock(version.prepare_mutex);
   if (version.task) return version.task;
-  // After a restart: rebuild the task from its stored spec (tokenizing, no encoding).
-  auto options = ToTaskOptions(version.stored.spec(), config_);
-  if (!options.ok()) return options.status();
-  auto examples = ToDemonstrations(version.stored.demonstrations(), version.stored.spec(), config_);
+  // After a restart: rebuild the task from its stored spec (tokenizing, no encoding; a T5 task's
+  // first-layer q|k|v are recomputed).
+  const v1::TaskSpec& spec = version.stored.spec();
+  if (auto s = CheckModeForModel(spec.mode(), model_.encoder_decoder(), model_.model_type(),
+                                 "the stored task's spec.mode");
+      !s.ok()) {
+    return s;
+  }
+  auto examples = ToDemonstrations(version.stored.demonstrations(), spec, config_);
   if (!examples.ok()) return examples.status();
+  if (model_.encoder_decoder()) {
+    auto options = ToT5TaskOptions(spec, config_);
+    if (!options.ok()) return options.status();
+    auto task = T5Task::Prepare(*model_.t5, *model_.tokenizer, *options, *examples);
+    if (!task.ok()) return task.status();
+    version.task = *std::move(task);
+    return version.task;
+  }
+  auto options = ToTaskOptions(spec, config_);
+  if (!options.ok()) return options.status();
   auto task = IclTask::Prepare(*model_.transformer, *model_.tokenizer, *options, *examples);
   if (!task.ok()) return task.status();
-  version.task = *std::move(task);
+  version.icl_task = *std::move(task);
+  version.task = std::make_shared<IclServedTask>(version.icl_task);
   return version.task;
 }
 
@@ -413,7 +519,12 @@ absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
     const std::shared_ptr<const TaskVersion>& version) {
   auto task = EngineTask(*version);
   if (!task.ok()) return task.status();
-  std::shared_ptr<IclTask> t = *task;
+  Handle handle;
+  handle.version = version;
+  handle.task = *task;
+  // A T5 task has no context in the cache: its encoder runs per query.
+  if (!version->icl_task) return handle;
+  std::shared_ptr<IclTask> t = version->icl_task;
   EncodeFn encode;
   if (!version->retired.load()) encode = [t]() { return t->EncodeContext(); };
   auto pinned = cache_.Acquire(version->record.kv_key, encode,
@@ -427,9 +538,6 @@ absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
     }
     return pinned.status();
   }
-  Handle handle;
-  handle.version = version;
-  handle.task = t;
   handle.context = *std::move(pinned);
   return handle;
 }

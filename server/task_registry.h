@@ -19,6 +19,8 @@
 #include "absl/status/statusor.h"
 #include "cache/context_cache.h"
 #include "engine/prompting/icl_task.h"
+#include "engine/prompting/served_task.h"
+#include "engine/t5/t5_task.h"
 #include "manyshot/internal/stored_task.pb.h"
 #include "manyshot/v1/manyshot.pb.h"
 #include "server/model_loader.h"
@@ -66,11 +68,11 @@ class TaskRegistry {
   absl::StatusOr<std::shared_ptr<const TaskVersion>> Resolve(const std::string& tenant,
                                                              const std::string& task_id) const;
 
-  // A version ready for queries: its IclTask and (unless only CONVENTIONAL is asked) its context,
-  // pinned for as long as the handle lives.
+  // A version ready for queries: its engine task and (decoder-only tasks) its context, pinned for
+  // as long as the handle lives.
   struct Handle {
     std::shared_ptr<const TaskVersion> version;
-    std::shared_ptr<IclTask> task;
+    std::shared_ptr<ServedTask> task;
     PinnedContext context;
     const EncodedContext* get() const { return context ? context.get() : nullptr; }
   };
@@ -80,7 +82,7 @@ class TaskRegistry {
   // A version's engine task, for preparing requests (rendering, tokenizing) without its context.
   // Built from the stored spec on first use after a restart (tokenizing the demonstrations, no
   // encoding); thread-safe.
-  absl::StatusOr<std::shared_ptr<IclTask>> EngineTask(const TaskVersion& version);
+  absl::StatusOr<std::shared_ptr<ServedTask>> EngineTask(const TaskVersion& version);
 
  private:
   struct Entry {
@@ -99,6 +101,15 @@ class TaskRegistry {
   void FillTiers(v1::Task& task, const std::string& kv_key);
   void AddFailed(const std::string& tenant, const std::string& task_id, const std::string& error,
                  bool quarantined);
+  // Serves `version` (READY), retiring the previous one.
+  CreateResult Publish(const std::shared_ptr<TaskVersion>& version, const Entry& previous);
+  // Create's second half on an encoder-decoder model: prepares the T5Task and stores the record
+  // (no KV). `fail` restores the previous entry and returns the status.
+  absl::StatusOr<CreateResult> CreateT5(
+      const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
+      const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos,
+      const T5TaskOptions& options, const std::vector<Example>& examples, const std::string& hash,
+      int64_t now, const Entry& previous, const std::function<absl::Status(absl::Status)>& fail);
 
   const LoadedModel& model_;
   ContextCache& cache_;

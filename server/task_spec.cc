@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/t5_task_spec.h"
 
 namespace manyshot::server {
 namespace {
@@ -32,6 +33,15 @@ absl::StatusOr<PromptMode> ToMode(v1::Mode mode, const std::string& what) {
       return PromptMode::kConventional;
     case v1::MODE_PARALLEL:
       return PromptMode::kParallel;
+    case v1::MODE_SAICL:
+    case v1::MODE_FID:
+    case v1::MODE_ENSEMBLE:
+    case v1::MODE_GROUP_FID:
+      // Task-level modes of encoder-decoder models (server/t5_task_spec.h reads spec.mode there);
+      // a request overrides only to CONVENTIONAL.
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " ", ModeName(mode),
+          " is set per task (spec.mode, on an encoder-decoder model), not per request"));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", static_cast<int>(mode), " is not a known mode"));

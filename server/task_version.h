@@ -12,6 +12,7 @@
 
 #include "cache/task_record.h"
 #include "engine/prompting/icl_task.h"
+#include "engine/prompting/served_task.h"
 #include "manyshot/internal/stored_task.pb.h"
 
 namespace manyshot::server {
@@ -28,8 +29,11 @@ struct TaskVersion {
   // this version still finish on it, but its KV is not re-encoded for them.
   mutable std::atomic<bool> retired{false};
   // The engine task; built from `stored` on first use after a restart (tokenizing, no encoding).
+  // `icl_task` is the same task when the model is decoder-only (its context is in the cache), null
+  // for a T5 task.
   mutable std::mutex prepare_mutex;
-  mutable std::shared_ptr<IclTask> task;
+  mutable std::shared_ptr<ServedTask> task;
+  mutable std::shared_ptr<IclTask> icl_task;
 };
 
 }  // namespace manyshot::server

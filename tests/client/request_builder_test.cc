@@ -56,8 +56,13 @@ TEST(RequestBuilderTest, ParsesEnums) {
   EXPECT_EQ(*ParseAlignment(""), v1::ALIGNMENT_UNSPECIFIED);
   EXPECT_FALSE(ParseAlignment("left").ok());
   EXPECT_EQ(*ParseMode("Parallel"), v1::MODE_PARALLEL);
+  EXPECT_EQ(*ParseMode("SAICL"), v1::MODE_SAICL);
+  EXPECT_EQ(*ParseMode("fid"), v1::MODE_FID);
+  EXPECT_EQ(*ParseMode("ensemble"), v1::MODE_ENSEMBLE);
+  EXPECT_EQ(*ParseMode("group_fid"), v1::MODE_GROUP_FID);
   EXPECT_EQ(ParseMode("x").status().message(),
-            "--mode=x: expected structured, conventional or parallel");
+            "--mode=x: expected structured, conventional or parallel (decoder-only models), or "
+            "conventional, saicl, fid, ensemble or group_fid (encoder-decoder models)");
 }
 
 TEST(RequestBuilderTest, LabelMapMapsRawValuesToWords) {

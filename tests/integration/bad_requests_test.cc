@@ -292,9 +292,9 @@ std::vector<BadRequest> Cases() {
   add(
       "spec_unknown_mode",
       [](auto& s) {
-        return CreateWith(s, "t", [](auto& sp) { sp.set_mode(static_cast<v1::Mode>(7)); });
+        return CreateWith(s, "t", [](auto& sp) { sp.set_mode(static_cast<v1::Mode>(42)); });
       },
-      StatusCode::INVALID_ARGUMENT, "spec.mode 7");
+      StatusCode::INVALID_ARGUMENT, "spec.mode 42");
   add(
       "spec_unknown_alignment",
       [](auto& s) {
@@ -422,9 +422,9 @@ std::vector<BadRequest> Cases() {
       "classify_unknown_mode",
       [](auto& s) {
         return ClassifyWith(
-            s, [](auto& r) { r.mutable_options()->set_mode(static_cast<v1::Mode>(7)); });
+            s, [](auto& r) { r.mutable_options()->set_mode(static_cast<v1::Mode>(42)); });
       },
-      StatusCode::INVALID_ARGUMENT, "options.mode 7");
+      StatusCode::INVALID_ARGUMENT, "options.mode 42");
   add(
       "classify_task_without_labels",
       [](auto& s) { return ClassifyWith(s, [](auto& r) { r.set_task_id(kNoLabels); }); },

@@ -1,0 +1,41 @@
+// What the server asks of a task, whatever the model under it: render and tokenize a request off
+// the engine thread (Prepare*), then answer it on the engine thread against the task's context.
+// IclTask answers for decoder-only models (through IclServedTask, engine/prompting/
+// icl_served_task.h) and T5Task (engine/t5/t5_task.h) for encoder-decoder ones, so the server has
+// one wiring path for both.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/prompting/icl_task.h"
+
+namespace manyshot {
+
+class ServedTask {
+ public:
+  virtual ~ServedTask() = default;
+
+  // Const and thread-safe: they need neither the context nor the weights. INVALID_ARGUMENT names
+  // the input ("input 3: ...").
+  virtual absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
+      const std::vector<Example>& inputs) const = 0;
+  virtual absl::StatusOr<std::vector<QueryWithCandidates>> PrepareChoices(
+      const std::vector<Example>& inputs,
+      const std::vector<std::vector<std::string>>& candidates) const = 0;
+
+  // `context`: the task's encoded context when it has one in the cache (decoder-only STRUCTURED
+  // and PARALLEL), else null.
+  virtual absl::StatusOr<std::vector<ClassifyResult>> ClassifyPrepared(
+      const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+      const QueryOverrides& overrides) = 0;
+  virtual absl::StatusOr<std::vector<ChoiceResult>> ScoreChoicesPrepared(
+      const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
+      const QueryOverrides& overrides) = 0;
+  virtual absl::StatusOr<GenerationOutput> Generate(const EncodedContext* context,
+                                                    const Example& input, GenerationParams params,
+                                                    const QueryOverrides& overrides) = 0;
+};
+
+}  // namespace manyshot
