@@ -241,6 +241,14 @@ std::string ModeName(v1::Mode mode) {
       return "conventional";
     case v1::MODE_PARALLEL:
       return "parallel";
+    case v1::MODE_SAICL:
+      return "saicl";
+    case v1::MODE_FID:
+      return "fid";
+    case v1::MODE_ENSEMBLE:
+      return "ensemble";
+    case v1::MODE_GROUP_FID:
+      return "group_fid";
     default:
       return "structured";
   }

@@ -95,7 +95,7 @@ std::vector<size_t> SampleIndices(size_t n, size_t count, uint64_t seed);
 // Mean and sample standard deviation.
 void Summarize(const std::vector<double>& values, double* mean, double* std);
 
-// "structured", "parallel", "conventional".
+// "structured", "parallel", "conventional", "saicl", "fid", "ensemble", "group_fid".
 std::string ModeName(v1::Mode mode);
 
 // Runs the plan. Every task it creates is deleted before it returns, also on errors and when

@@ -451,6 +451,23 @@ TEST_P(T5ServingTest, SaiclFidEnsembleGroupFidAnswerAsTheEngineAndIgnoreOrder) {
     }
   }
 
+  // A request may run a T5 task in CONVENTIONAL mode: the SAICL task then answers as the
+  // CONVENTIONAL task of the same demonstrations.
+  {
+    grpc::Status status;
+    const v1::ClassifyResponse overridden =
+        Classify(*server.stub, "saicl", &status, v1::MODE_CONVENTIONAL);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    const v1::ClassifyResponse conventional = Classify(*server.stub, "conventional", &status);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    for (int i = 0; i < conventional.results_size(); ++i) {
+      for (int l = 0; l < 2; ++l) {
+        EXPECT_EQ(overridden.results(i).scores(l).mean_logprob(),
+                  conventional.results(i).scores(l).mean_logprob());
+      }
+    }
+  }
+
   // ENSEMBLE has no single decoder input to generate from.
   grpc::ClientContext context;
   v1::GenerateRequest request;
