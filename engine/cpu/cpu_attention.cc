@@ -81,9 +81,11 @@ void AttendTile(const float* q, int64_t q_ld, int64_t rows, const float* k, cons
       for (int64_t j = wfrom; j < visible; ++j) sr[j] += rule.log_weight;
     }
     if (rule.key_pos != nullptr) {
+      // In locals: a float member could alias sr, which would keep the loop from vectorizing.
       const int32_t* kp = rule.key_pos + j0;
       const int32_t qp = rule.query_pos[r];
-      for (int64_t j = 0; j < visible; ++j) sr[j] += rule.slope * static_cast<float>(kp[j] - qp);
+      const float slope = rule.slope;
+      for (int64_t j = 0; j < visible; ++j) sr[j] += slope * static_cast<float>(kp[j] - qp);
     }
     float tile_max = kNegInf;
     for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, sr[j]);
