@@ -21,6 +21,8 @@ constexpr char kUsage[] =
     "  prefill     GPT-2-small-shaped prefill and decode vs a same-run OpenBLAS sgemm\n"
     "              (--family=llama|bloom|opt: that family at the same shape beside GPT-2;\n"
     "              --family=t5: a T5-base-shaped encoder's prefill, likewise beside GPT-2)\n"
+    "  saicl       T5-base-shaped encoder per query, SAICL vs full attention, k = 8..256\n"
+    "              demonstrations of S = 64 and 128 tokens (--quick: S = 64, full up to 64)\n"
     "  structured  1000-shot SST-2: encode, query throughput, CONVENTIONAL ratio, scaling\n"
     "  cache       1000-shot SST-2 KV: restore from RocksDB vs re-encode vs a plain read "
     "(--backend=cuda: into GPU memory)\n"
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
   if (sub == "attention") return manyshot::bench::RunAttentionBench(options);
   if (sub == "soak") return manyshot::bench::RunSoakBench(options);
   if (sub == "accuracy") return manyshot::bench::RunAccuracyBench(options);
+  if (sub == "saicl") return manyshot::bench::RunSaiclBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

@@ -5,6 +5,10 @@
 #include <filesystem>
 #include <string>
 
+namespace manyshot {
+struct TinyT5Spec;
+}  // namespace manyshot
+
 namespace manyshot::bench {
 
 struct BenchOptions {
@@ -51,8 +55,12 @@ int RunServiceBench(const BenchOptions& options);
 int RunAttentionBench(const BenchOptions& options);
 int RunSoakBench(const BenchOptions& options);
 int RunAccuracyBench(const BenchOptions& options);
+int RunSaiclBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);
+
+// The T5-base-shaped random model of `prefill --family=t5` and `saicl` (t5_prefill_bench.cc).
+TinyT5Spec T5BaseEncoderSpec();
 
 }  // namespace manyshot::bench

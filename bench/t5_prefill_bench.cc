@@ -20,7 +20,6 @@
 #include "engine/t5/t5_model.h"
 
 namespace manyshot::bench {
-namespace {
 
 TinyT5Spec T5BaseEncoderSpec() {
   TinyT5Spec spec;
@@ -37,6 +36,8 @@ TinyT5Spec T5BaseEncoderSpec() {
   spec.seed = 7;
   return spec;
 }
+
+namespace {
 
 // Matrix FLOPs of the encoder over one input of `tokens`: q/k/v/o and feed-forward projections,
 // bidirectional attention (every token against every token: QK^T and PV), and the decoder's
