@@ -432,6 +432,7 @@ TEST_P(T5ServingTest, SaiclFidEnsembleGroupFidAnswerAsTheEngineAndIgnoreOrder) {
     EXPECT_NE(shown.stats().cache_holds().find("first encoder layer"), std::string::npos);
     EXPECT_EQ(shown.stats().demonstrations(), 6u);
     EXPECT_EQ(shown.stats().cache_bytes(), 0u);
+    EXPECT_EQ(shown.stats().tiers_size(), 0);  // nothing in the KV tiers
 
     if (c.mode == v1::MODE_GROUP_FID) continue;  // groups change with the order
     ASSERT_TRUE(CreateTask(*server.stub, id + "-shuffled", spec, Demonstrations(shuffled)).ok());
@@ -576,6 +577,21 @@ TEST(T5ServingRestartTest, TaskSurvivesARestartAndAnswersTheSame) {
                 before.results(i).scores(l).mean_logprob());
     }
   }
+
+  // DeleteTask removes the record: gone now and after the next restart.
+  grpc::ClientContext delete_context;
+  v1::DeleteTaskRequest request;
+  request.set_task_id("saicl");
+  v1::DeleteTaskResponse deleted;
+  ASSERT_TRUE(server.stub->DeleteTask(&delete_context, request, &deleted).ok());
+  server.app->Shutdown(std::chrono::seconds(5));
+  server.stub.reset();
+  server.app.reset();  // releases the data directory's lock before the next start
+  server = Start(config);
+  ASSERT_TRUE(server.app);
+  grpc::ClientContext gone_context;
+  EXPECT_EQ(server.stub->GetTask(&gone_context, get, &shown).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace
