@@ -23,7 +23,9 @@
 // segment and the first encoder layer's q|k|v of its tokens. From the first layer's attention
 // on, a demonstration's states depend on the test input (it attends to the test segment in
 // SAICL, to the test input in its FiD prompt), so the encoder runs per query, all demonstrations
-// of all prompts in one batch (cost linear in k for SAICL, FID, ENSEMBLE and GROUP_FID).
+// of all prompts in one batch. Attention cost is linear in k for SAICL, FID and single-shot
+// ENSEMBLE, and for GROUP_FID / grouped ENSEMBLE with SAICL groups; with full-attention groups it
+// is k^2 / G (each group quadratic in its size), as CONVENTIONAL is k^2.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +55,9 @@ struct T5DemonstrationSet {
   std::vector<std::vector<int32_t>> segments;  // each demonstration, at most S tokens
   int64_t truncated_demonstrations = 0;
   // The first encoder layer's q|k|v of all segments back to back (the encoder batch's first rows
-  // in every mode).
+  // in every mode): 3 * inner values per demonstration token in the compute dtype, kept so that a
+  // query skips those rows' first-layer q, k and v projections (3 of the encoder's 4 * num_layers
+  // attention projections).
   T5FirstLayerQkv first_layer;
 
   int64_t demonstrations() const { return static_cast<int64_t>(segments.size()); }
