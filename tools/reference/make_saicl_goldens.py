@@ -6,11 +6,11 @@ From the repository root:
 
   /usr/bin/python3 tools/reference/make_saicl_goldens.py --binary=build/tools/make-tiny-t5
 
-Per model: demonstrations of several lengths (one longer than the segment length S, so it is
-truncated), a test input, candidates, and per mode the encoder states of every prompt (padding
-rows dropped, prompts in order), each candidate's summed and mean log-probability, and for the
-modes with one decoder input the greedy generation. Numbers are the shortest decimal of the
-float32 value.
+Per model: demonstrations of several lengths (one of a single token, one longer than the segment
+length S, so it is truncated), a test input longer than S, candidates, and per mode the encoder
+states of every prompt (padding rows dropped, prompts in order), each candidate's summed and mean
+log-probability, and for the modes with one decoder input the greedy generation. Numbers are the
+shortest decimal of the float32 value.
 """
 
 import argparse
@@ -30,8 +30,9 @@ import saicl_reference  # noqa: E402
 import t5_reference  # noqa: E402
 
 SEGMENT_LENGTH = 12
-DEMO_LENGTHS = [6, 11, 3, 17, 9]  # 17 > S: truncated to its last 12 tokens
-TEST_LENGTH = 8
+# 17 > S: truncated to its last 12 tokens; 1: a one-token segment
+DEMO_LENGTHS = [6, 11, 1, 17, 9]
+TEST_LENGTH = 14  # > S: the test segment is truncated too
 GREEDY_TOKENS = 5
 
 # (mode, groups, group_attention)

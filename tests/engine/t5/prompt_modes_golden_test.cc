@@ -1,6 +1,8 @@
 // SAICL, FiD, ensemble and group-FiD (engine/t5/prompt_modes.h) against the dense NumPy
 // reference (tools/reference/saicl_reference.py: the SAICL block mask and segment-local bias
-// written out as a full [T, T] bias over padded segments, from the paper's pseudo-code):
+// written out as a full [T, T] bias over padded segments, from the paper's pseudo-code; the
+// demonstrations include a one-token segment and one longer than S, the test input is longer than
+// S):
 // every prompt's encoder states, each candidate's log-probabilities and greedy generation, for
 // both tiny T5 configs, within 1e-4.
 #include <fstream>
@@ -62,6 +64,9 @@ TEST_P(PromptModesGoldenTest, MatchesDenseReference) {
     auto encoding = EncodeT5Prompts(model, *demos, options, test);
     ASSERT_TRUE(encoding.ok()) << what << ": " << encoding.status();
     EXPECT_EQ(encoding->prompts.lengths, m["prompt_lengths"].get<std::vector<int64_t>>()) << what;
+    // The test input is longer than S: its last S tokens are the test segment.
+    EXPECT_TRUE(encoding->test_truncated) << what;
+    EXPECT_EQ(encoding->test_tokens, segment_options.segment_length) << what;
     // Encoder states, prompt after prompt.
     std::vector<float> states;
     for (int64_t p = 0; p < encoding->prompts.inputs(); ++p) {
