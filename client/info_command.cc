@@ -23,10 +23,20 @@ int RunInfo(const CliContext& cli) {
   std::printf("server      %s (manyshot %s)\n", cli.server.c_str(), info.version().c_str());
   if (info.has_model()) {
     const auto& m = info.model();
-    std::printf("model       %s (%s, %u layers, hidden %u, %u heads / %u kv, vocab %u, ctx %u)%s\n",
-                m.path().c_str(), m.model_type().c_str(), m.layers(), m.hidden_size(), m.heads(),
-                m.kv_heads(), m.vocab_size(), m.context_length(),
-                m.random_weights() ? "  [RANDOM WEIGHTS: answers are meaningless]" : "");
+    if (m.encoder_decoder()) {
+      std::printf(
+          "model       %s (%s, encoder-decoder, %u encoder layers, d_model %u, %u heads of %u, "
+          "vocab %u)%s\n",
+          m.path().c_str(), m.model_type().c_str(), m.layers(), m.hidden_size(), m.heads(),
+          m.head_dim(), m.vocab_size(),
+          m.random_weights() ? "  [RANDOM WEIGHTS: answers are meaningless]" : "");
+    } else {
+      std::printf(
+          "model       %s (%s, %u layers, hidden %u, %u heads / %u kv, vocab %u, ctx %u)%s\n",
+          m.path().c_str(), m.model_type().c_str(), m.layers(), m.hidden_size(), m.heads(),
+          m.kv_heads(), m.vocab_size(), m.context_length(),
+          m.random_weights() ? "  [RANDOM WEIGHTS: answers are meaningless]" : "");
+    }
   } else {
     std::printf("model       (none loaded)\n");
   }

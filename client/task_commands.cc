@@ -44,17 +44,35 @@ void PrintTask(const v1::Task& task) {
   if (task.spec().labels_size() > 0) {
     std::printf("labels        %s\n", absl::StrJoin(task.spec().labels(), ", ").c_str());
   }
-  std::printf("demos         %llu in %llu groups of %u tokens (%llu context tokens",
-              static_cast<unsigned long long>(s.demonstrations()),
-              static_cast<unsigned long long>(s.groups()), s.group_length(),
-              static_cast<unsigned long long>(s.context_tokens()));
+  // An encoder-decoder (T5) task has segments instead of groups and nothing in the KV cache.
+  const bool encoder_decoder = !s.cache_holds().empty();
+  if (encoder_decoder) {
+    const v1::Mode mode =
+        task.spec().mode() == v1::MODE_UNSPECIFIED ? v1::MODE_CONVENTIONAL : task.spec().mode();
+    std::printf("mode          %s", v1::Mode_Name(mode).substr(5).c_str());  // without MODE_
+    if (task.spec().groups() > 0) std::printf(", %u groups", task.spec().groups());
+    std::printf("\n");
+    std::printf("demos         %llu in segments of at most %u tokens (%llu tokens",
+                static_cast<unsigned long long>(s.demonstrations()), s.segment_length(),
+                static_cast<unsigned long long>(s.context_tokens()));
+  } else {
+    std::printf("demos         %llu in %llu groups of %u tokens (%llu context tokens",
+                static_cast<unsigned long long>(s.demonstrations()),
+                static_cast<unsigned long long>(s.groups()), s.group_length(),
+                static_cast<unsigned long long>(s.context_tokens()));
+  }
   if (s.truncated_demonstrations() > 0) {
     std::printf(", %llu truncated", static_cast<unsigned long long>(s.truncated_demonstrations()));
   }
   std::printf(")\n");
-  std::printf("cache         %llu bytes, rescale factor %g, encoded in %.2f s\n",
-              static_cast<unsigned long long>(s.cache_bytes()), s.effective_rescale_factor(),
-              s.encode_seconds());
+  if (encoder_decoder) {
+    std::printf("cache         %s; prepared in %.2f s\n", s.cache_holds().c_str(),
+                s.encode_seconds());
+  } else {
+    std::printf("cache         %llu bytes, rescale factor %g, encoded in %.2f s\n",
+                static_cast<unsigned long long>(s.cache_bytes()), s.effective_rescale_factor(),
+                s.encode_seconds());
+  }
   if (!task.content_hash().empty()) {
     std::printf("content hash  %s\n", task.content_hash().c_str());
   }
