@@ -89,19 +89,6 @@ absl::Status ValidateSpec(const TinyModelSpec& s) {
   return absl::OkStatus();
 }
 
-// splitmix64-style mixing of the model seed with a tensor name.
-uint64_t TensorSeed(uint64_t seed, const std::string& name) {
-  return HashBytes(reinterpret_cast<const std::byte*>(name.data()), name.size(), seed);
-}
-
-std::vector<float> Normal(uint64_t seed, const std::string& name, size_t n, double mean,
-                          double sd) {
-  NormalRng rng(TensorSeed(seed, name));
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(mean + sd * rng.NextNormal());
-  return v;
-}
-
 // Chooses (mean, std) for a tensor from its role.
 std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
   const bool is_norm = t.role == TensorRole::kTokenEmbdNorm || t.role == TensorRole::kAttnNorm ||
@@ -125,6 +112,20 @@ std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
 
 }  // namespace
 
+std::vector<float> SeededNormalValues(uint64_t seed, const std::string& name,
+                                      const std::vector<int64_t>& shape, double mean, double sd) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  NormalRng rng(HashBytes(reinterpret_cast<const std::byte*>(name.data()), name.size(), seed));
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(mean + sd * rng.NextNormal());
+  return v;
+}
+
+std::string TorchDTypeName(DType stored) {
+  return stored == DType::kF32 ? "float32" : stored == DType::kF16 ? "float16" : "bfloat16";
+}
+
 absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
   absl::Status st = ValidateSpec(spec);
   if (!st.ok()) return st;
@@ -139,9 +140,7 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
   c.head_dim = spec.hidden_size / spec.num_heads;
   c.max_position_embeddings = spec.max_position_embeddings;
   c.tie_word_embeddings = spec.tie_word_embeddings;
-  c.torch_dtype = spec.dtype == DType::kF32   ? "float32"
-                  : spec.dtype == DType::kF16 ? "float16"
-                                              : "bfloat16";
+  c.torch_dtype = TorchDTypeName(spec.dtype);
   if (spec.family == "gpt2") {
     c.architecture = Architecture::kGpt2;
     c.norm_eps = 1e-5f;
@@ -185,10 +184,9 @@ absl::StatusOr<std::vector<TensorToWrite>> TinyModelTensors(const TinyModelSpec&
   if (!config.ok()) return config.status();
   std::vector<TensorToWrite> out;
   for (const ExpectedTensor& t : ExpectedTensors(*config)) {
-    size_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
     auto [mean, sd] = Scale(*config, t);
-    out.push_back({t.name, spec.dtype, t.shape, Normal(spec.seed, t.name, n, mean, sd)});
+    out.push_back(
+        {t.name, spec.dtype, t.shape, SeededNormalValues(spec.seed, t.name, t.shape, mean, sd)});
   }
   return out;
 }

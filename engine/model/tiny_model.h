@@ -49,6 +49,15 @@ absl::StatusOr<std::vector<TensorToWrite>> TinyModelTensors(const TinyModelSpec&
 absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::path& tokenizer_dir,
                             const std::filesystem::path& out_dir);
 
+// The values of tensor `name` (of `shape`) in a model generated with `seed`: mean + sd N(0, 1)
+// from a NormalRng seeded by the seed and the name, so adding a tensor never changes the others.
+std::vector<float> SeededNormalValues(uint64_t seed, const std::string& name,
+                                      const std::vector<int64_t>& shape, double mean, double sd);
+
+// What a generated model's config.json says its weights are stored in ("torch_dtype"): "float32",
+// "float16" or "bfloat16".
+std::string TorchDTypeName(DType stored);
+
 // Deterministic standard normals: splitmix64 + Box-Muller, identical on every platform with
 // IEEE doubles (std::normal_distribution is implementation-defined).
 class NormalRng {

@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/safetensors.h"
 #include "engine/model/t5_tensor_names.h"
 #include "engine/model/tiny_model.h"
 #include "nlohmann/json.hpp"
@@ -83,14 +82,9 @@ absl::StatusOr<std::vector<TensorToWrite>> TinyT5Tensors(const TinyT5Spec& spec)
   if (auto st = Validate(spec); !st.ok()) return st;
   std::vector<TensorToWrite> out;
   for (const T5Tensor& t : T5ExpectedTensors(spec.config)) {
-    size_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
     auto [mean, sd] = Scale(spec.config, t.role);
-    NormalRng rng(
-        HashBytes(reinterpret_cast<const std::byte*>(t.name.data()), t.name.size(), spec.seed));
-    std::vector<float> values(n);
-    for (float& x : values) x = static_cast<float>(mean + sd * rng.NextNormal());
-    out.push_back({t.name, spec.dtype, t.shape, std::move(values)});
+    out.push_back(
+        {t.name, spec.dtype, t.shape, SeededNormalValues(spec.seed, t.name, t.shape, mean, sd)});
   }
   return out;
 }
@@ -102,9 +96,7 @@ absl::Status WriteTinyT5Model(const TinyT5Spec& spec, const std::filesystem::pat
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(out_dir.string(), ": ", ec.message()));
   T5Config config = spec.config;
-  config.torch_dtype = spec.dtype == DType::kF32   ? "float32"
-                       : spec.dtype == DType::kF16 ? "float16"
-                                                   : "bfloat16";
+  config.torch_dtype = TorchDTypeName(spec.dtype);
   nlohmann::ordered_json marker;
   marker["random_weights"] = true;
   marker["note"] =
