@@ -19,6 +19,7 @@
 #include "engine/prompting/induction_task.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tools/stored_dtype_flag.h"
 
 ABSL_FLAG(std::string, out, "", "model directory to write (created if missing); empty: none");
 ABSL_FLAG(std::string, tokenizer_dir, "/usr/local/share/manyshot/gpt2",
@@ -106,17 +107,7 @@ int main(int argc, char** argv) {
     spec.seed = absl::GetFlag(FLAGS_seed);
     spec.code_dims = absl::GetFlag(FLAGS_code_dims);
     spec.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
-    const std::string dtype = absl::GetFlag(FLAGS_dtype);
-    if (dtype == "f32") {
-      spec.dtype = manyshot::DType::kF32;
-    } else if (dtype == "f16") {
-      spec.dtype = manyshot::DType::kF16;
-    } else if (dtype == "bf16") {
-      spec.dtype = manyshot::DType::kBF16;
-    } else {
-      std::cerr << "--dtype must be f32, f16 or bf16, got " << dtype << "\n";
-      return 2;
-    }
+    if (!manyshot::ParseStoredDTypeFlag(absl::GetFlag(FLAGS_dtype), &spec.dtype)) return 2;
     absl::Status st = manyshot::WriteInductionModel(spec, absl::GetFlag(FLAGS_tokenizer_dir), out);
     if (!st.ok()) {
       std::cerr << "make-induction-model: " << st << "\n";

@@ -11,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "engine/model/tiny_model.h"
+#include "tools/stored_dtype_flag.h"
 
 ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral, qwen2, bloom or opt");
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
@@ -87,17 +88,7 @@ int main(int argc, char** argv) {
                     &spec.attention_bias)) {
     return 2;
   }
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "f32") {
-    spec.dtype = manyshot::DType::kF32;
-  } else if (dtype == "f16") {
-    spec.dtype = manyshot::DType::kF16;
-  } else if (dtype == "bf16") {
-    spec.dtype = manyshot::DType::kBF16;
-  } else {
-    std::cerr << "--dtype must be f32, f16 or bf16, got " << dtype << "\n";
-    return 2;
-  }
+  if (!manyshot::ParseStoredDTypeFlag(absl::GetFlag(FLAGS_dtype), &spec.dtype)) return 2;
   spec.shards = absl::GetFlag(FLAGS_shards);
   spec.seed = absl::GetFlag(FLAGS_seed);
   spec.rope_theta = static_cast<float>(absl::GetFlag(FLAGS_rope_theta));
