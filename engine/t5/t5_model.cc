@@ -10,6 +10,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/t5_tensor_names.h"
 #include "engine/t5/relative_position.h"
+#include "engine/transformer/forward_input_checks.h"
 
 namespace manyshot {
 
@@ -230,12 +231,7 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(
 absl::StatusOr<T5FirstLayerQkv> T5Model::EncoderFirstLayerQkv(absl::Span<const int32_t> ids) const {
   const T5Config& c = config_;
   if (ids.empty()) return absl::InvalidArgumentError("no tokens for the first-layer q|k|v");
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token ", i, ": id ", ids[i], " is outside the vocabulary [0, ", c.vocab_size, ")"));
-    }
-  }
+  if (absl::Status s = CheckTokenIds(ids, c.vocab_size, ""); !s.ok()) return s;
   Backend& b = *backend_;
   const auto n = static_cast<int64_t>(ids.size());
   T5FirstLayerQkv out;
@@ -264,13 +260,9 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int
     if (inputs[s].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("encoder input ", s, " is empty"));
     }
-    for (size_t i = 0; i < inputs[s].size(); ++i) {
-      if (inputs[s][i] < 0 || inputs[s][i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("encoder input ", s, " token ", i, ": id ", inputs[s][i],
-                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
-      }
-    }
+    const absl::Status ids_ok =
+        CheckTokenIds(inputs[s], c.vocab_size, absl::StrCat("encoder input ", s));
+    if (!ids_ok.ok()) return ids_ok;
     out.begins.push_back(static_cast<int64_t>(ids.size()));
     out.lengths.push_back(static_cast<int64_t>(inputs[s].size()));
     ids.insert(ids.end(), inputs[s].begin(), inputs[s].end());
@@ -390,22 +382,15 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
       return absl::InvalidArgumentError(
           absl::StrCat("decoder sequence ", s, ": the encoder output is not this model's"));
     }
-    for (size_t i = 0; i < seq.tokens.size(); ++i) {
-      if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("decoder sequence ", s, " token ", i, ": id ", seq.tokens[i],
-                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
-      }
+    const std::string what = absl::StrCat("decoder sequence ", s);
+    absl::Status checked = CheckTokenIds(seq.tokens, c.vocab_size, what);
+    if (checked.ok()) {
+      checked = CheckLogitRows(seq.logit_rows, static_cast<int64_t>(seq.tokens.size()), what);
     }
+    if (!checked.ok()) return checked;
     begins.push_back(static_cast<int64_t>(ids.size()));
     pasts.push_back(seq.cache->length());
-    for (int64_t r : seq.logit_rows) {
-      if (r < 0 || r >= static_cast<int64_t>(seq.tokens.size())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("decoder sequence ", s, ": logit row ", r, " is not one of its tokens"));
-      }
-      logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
-    }
+    for (int64_t r : seq.logit_rows) logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
     ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
     auto reserved = seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
     if (!reserved.ok()) return reserved;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/transformer/forward_input_checks.h"
 
 namespace manyshot {
 namespace {
@@ -28,13 +29,8 @@ absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Candidates(
   for (size_t i = 0; i < candidates.size(); ++i) {
     const std::vector<int32_t>& cand = candidates[i];
     if (cand.empty()) return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " is empty"));
-    for (size_t t = 0; t < cand.size(); ++t) {
-      if (cand[t] < 0 || cand[t] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " token ", t, ": id ",
-                                                       cand[t], " is outside the vocabulary [0, ",
-                                                       c.vocab_size, ")"));
-      }
-    }
+    const absl::Status ids_ok = CheckTokenIds(cand, c.vocab_size, absl::StrCat("candidate ", i));
+    if (!ids_ok.ok()) return ids_ok;
     inputs[i].push_back(static_cast<int32_t>(c.decoder_start_token_id));
     inputs[i].insert(inputs[i].end(), cand.begin(), cand.end() - 1);
     for (size_t r = 0; r < cand.size(); ++r) rows[i].push_back(static_cast<int64_t>(r));

@@ -9,6 +9,7 @@
 #include "engine/model/arch_traits.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
+#include "engine/transformer/forward_input_checks.h"
 
 namespace manyshot {
 
@@ -328,13 +329,12 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
                                                      " tokens but ", seq.positions.size(),
                                                      " positions"));
     }
+    const std::string what = absl::StrCat("sequence ", s);
+    if (absl::Status ids_ok = CheckTokenIds(seq.tokens, c.vocab_size, what); !ids_ok.ok()) {
+      return ids_ok;
+    }
     begins.push_back(static_cast<int64_t>(ids.size()));
     for (size_t i = 0; i < seq.tokens.size(); ++i) {
-      if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sequence ", s, " token ", i, ": id ", seq.tokens[i],
-                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
-      }
       if (seq.positions[i] < 0 ||
           (learned_positions && seq.positions[i] >= c.max_position_embeddings)) {
         return absl::InvalidArgumentError(
@@ -342,13 +342,10 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
                          " is outside [0, ", c.max_position_embeddings, ") for this model"));
       }
     }
-    for (int64_t r : seq.logit_rows) {
-      if (r < 0 || r >= static_cast<int64_t>(seq.tokens.size())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sequence ", s, ": logit row ", r, " is not one of its tokens"));
-      }
-      logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
-    }
+    const absl::Status rows_ok =
+        CheckLogitRows(seq.logit_rows, static_cast<int64_t>(seq.tokens.size()), what);
+    if (!rows_ok.ok()) return rows_ok;
+    for (int64_t r : seq.logit_rows) logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
     ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
     positions.insert(positions.end(), seq.positions.begin(), seq.positions.end());
     auto reserved = seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
