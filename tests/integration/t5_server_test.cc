@@ -1,0 +1,119 @@
+// The manyshot-server binary serving a T5 directory written by make-tiny-t5 (with a Unigram
+// tokenizer.json): the startup log, GetServerInfo and /metrics say encoder-decoder, and the CLI
+// creates, shows and queries a SAICL task and is refused a STRUCTURED one naming the mode and the
+// model type. (Scores against the engine: tests/server/t5_serving_test.cc.)
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/server_under_test.h"
+
+namespace manyshot::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// T5's special ids (pad 0, eos 1, unk 2), "▁", letters and a few words.
+void WriteUnigramTokenizer(const fs::path& dir) {
+  nlohmann::json vocab = nlohmann::json::array();
+  for (const char* special : {"<pad>", "</s>", "<unk>"}) vocab.push_back({special, 0.0});
+  vocab.push_back({"\u2581", -2.0});
+  for (char c = 'a'; c <= 'z'; ++c) vocab.push_back({std::string(1, c), -4.0});
+  for (char c = 'A'; c <= 'Z'; ++c) vocab.push_back({std::string(1, c), -5.0});
+  vocab.push_back({":", -3.0});
+  for (const char* w : {"good", "bad", "movie", "fun", "dull", "positive", "negative"}) {
+    vocab.push_back({std::string("\u2581") + w, -1.0});
+  }
+  const nlohmann::json tokenizer = {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "<pad>"}, {"special", true}},
+        {{"id", 1}, {"content", "</s>"}, {"special", true}},
+        {{"id", 2}, {"content", "<unk>"}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "WhitespaceSplit"}},
+          {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}}}}},
+      {"decoder", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
+      {"model", {{"type", "Unigram"}, {"unk_id", 2}, {"byte_fallback", false}, {"vocab", vocab}}}};
+  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+}
+
+TEST(T5ServerTest, ServesAT5DirectoryAsEncoderDecoderThroughTheCli) {
+  TempDir dir;
+  const fs::path model = dir.path() / "t5";
+  CommandResult made = RunCommand(
+      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
+      dir.path());
+  ASSERT_EQ(made.exit_status, 0) << made.err;
+  WriteUnigramTokenizer(model);
+  std::ofstream(dir.path() / "demos.tsv") << "text\tlabel\ngood movie\tpositive\ndull\tnegative\n"
+                                             "fun\tpositive\nbad movie\tnegative\n";
+
+  ServerUnderTest server(dir.path() / "data", {"--threads=1", "--model_dir=" + model.string()});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  EXPECT_NE(server.Stderr().find("(t5, encoder-decoder"), std::string::npos) << server.Stderr();
+
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  grpc::ClientContext context;
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.model().model_type(), "t5");
+  EXPECT_TRUE(info.model().encoder_decoder());
+  const HttpResponse metrics = HttpGet(server.metrics_port(), "/metrics");
+  EXPECT_NE(
+      metrics.body.find(R"(manyshot_model_info{architecture="encoder-decoder",model_type="t5"} 1)"),
+      std::string::npos)
+      << metrics.body;
+
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {CliBinary(), "--server=" + server.address()});
+    return RunCommand(args, dir.path());
+  };
+  // Absolute paths: the CLI runs in its own working directory.
+  const std::vector<std::string> create = {"create",
+                                           "--file=" + (dir.path() / "demos.tsv").string(),
+                                           "--template={text}:", "--labels=negative,positive"};
+  auto with = [&](const std::string& id, const std::string& mode) {
+    std::vector<std::string> args = create;
+    args.insert(args.begin() + 1, id);
+    args.push_back("--mode=" + mode);
+    return cli(args);
+  };
+  CommandResult refused = with("structured", "structured");
+  EXPECT_NE(refused.exit_status, 0);
+  EXPECT_NE(refused.err.find("FAILED_PRECONDITION"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("STRUCTURED"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("t5"), std::string::npos) << refused.err;
+
+  CommandResult created = with("saicl", "saicl");
+  ASSERT_EQ(created.exit_status, 0) << created.err;
+  CommandResult shown = cli({"get", "saicl"});
+  ASSERT_EQ(shown.exit_status, 0) << shown.err;
+  EXPECT_NE(shown.out.find("mode          SAICL"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("first encoder layer"), std::string::npos) << shown.out;
+
+  std::ofstream(dir.path() / "inputs.txt") << "good\nbad movie\n";
+  CommandResult classified =
+      cli({"classify", "saicl", "--file=" + (dir.path() / "inputs.txt").string()});
+  ASSERT_EQ(classified.exit_status, 0) << classified.err;
+  // One line per input: LABEL<TAB>probability<TAB>input.
+  EXPECT_NE(classified.out.find("\tgood\n"), std::string::npos) << classified.out;
+  EXPECT_NE(classified.out.find("\tbad movie\n"), std::string::npos) << classified.out;
+
+  ASSERT_TRUE(server.process().Signal(SIGTERM));
+  auto exit_status = server.process().Wait(kExitLimit);
+  ASSERT_TRUE(exit_status.has_value());
+  EXPECT_EQ(*exit_status, 0) << server.Stderr();
+}
+
+}  // namespace
+}  // namespace manyshot::testing
