@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/allocate_all.h"
 #include "engine/core/stable_hash.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/t5_tensor_names.h"
@@ -105,17 +106,6 @@ class WeightLoader {
   DType dtype_;
   std::map<std::tuple<T5Stack, T5Role, int64_t>, T5Tensor> expected_;
 };
-
-// Allocates every tensor of a list up front, so out-of-memory fails before any work.
-absl::Status AllocateAll(
-    Backend& b, std::initializer_list<std::tuple<Tensor*, DType, std::vector<int64_t>>> tensors) {
-  for (const auto& [t, dtype, shape] : tensors) {
-    auto allocated = b.Allocate(dtype, shape);
-    if (!allocated.ok()) return allocated.status();
-    *t = *std::move(allocated);
-  }
-  return absl::OkStatus();
-}
 
 // T5RelativeBias's diagonals on the device.
 absl::StatusOr<Tensor> UploadBias(Backend& b, const std::vector<float>& bias, int64_t heads) {

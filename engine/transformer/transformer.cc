@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/allocate_all.h"
 #include "engine/core/stable_hash.h"
 #include "engine/model/arch_traits.h"
 #include "engine/model/safetensors.h"
@@ -359,28 +360,19 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   Backend& b = *backend_;
   const DType dt = compute_dtype_;
   // Every activation of the pass, allocated up front so out-of-memory fails before any work.
-  struct Shape {
-    Tensor* t;
-    DType dtype;
-    std::vector<int64_t> shape;
-  };
   Tensor x, h, qkv, q, k, v, attn, up, act, id_t, pos_t;
-  std::vector<Shape> shapes = {{&x, dt, {T, H}},
-                               {&h, dt, {T, H}},
-                               {&qkv, dt, {T, (heads + 2 * kv_heads) * D}},
-                               {&q, dt, {T, heads, D}},
-                               {&k, dt, {T, kv_heads, D}},
-                               {&v, dt, {T, kv_heads, D}},
-                               {&attn, dt, {T, heads, D}},
-                               {&up, dt, {T, gated ? 2 * I : I}},
-                               {&id_t, DType::kI32, {T}},
-                               {&pos_t, DType::kI32, {T}}};
+  std::vector<TensorAllocation> shapes = {{&x, dt, {T, H}},
+                                          {&h, dt, {T, H}},
+                                          {&qkv, dt, {T, (heads + 2 * kv_heads) * D}},
+                                          {&q, dt, {T, heads, D}},
+                                          {&k, dt, {T, kv_heads, D}},
+                                          {&v, dt, {T, kv_heads, D}},
+                                          {&attn, dt, {T, heads, D}},
+                                          {&up, dt, {T, gated ? 2 * I : I}},
+                                          {&id_t, DType::kI32, {T}},
+                                          {&pos_t, DType::kI32, {T}}};
   if (gated) shapes.push_back({&act, dt, {T, I}});
-  for (auto& [t, dtype, shape] : shapes) {
-    auto allocated = b.Allocate(dtype, shape);
-    if (!allocated.ok()) return allocated.status();
-    *t = *std::move(allocated);
-  }
+  if (absl::Status allocated = AllocateAll(b, shapes); !allocated.ok()) return allocated;
   if (!gated) act = up;  // the activation runs in place
   // Index arguments go to the device once per pass.
   b.CopyFromHost(ids.data(), id_t);
@@ -491,14 +483,11 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   // Final norm and the vocabulary projection (f32 logits), for the requested rows only.
   const int64_t R = static_cast<int64_t>(logit_rows.size());
   Tensor rows_t, picked, normed, logits;
-  for (auto& [t, dtype, shape] : std::vector<Shape>{{&rows_t, DType::kI32, {R}},
-                                                    {&picked, dt, {R, H}},
-                                                    {&normed, dt, {R, H}},
-                                                    {&logits, DType::kF32, {R, c.vocab_size}}}) {
-    auto allocated = b.Allocate(dtype, shape);
-    if (!allocated.ok()) return allocated.status();
-    *t = *std::move(allocated);
-  }
+  absl::Status allocated = AllocateAll(b, {{&rows_t, DType::kI32, {R}},
+                                           {&picked, dt, {R, H}},
+                                           {&normed, dt, {R, H}},
+                                           {&logits, DType::kF32, {R, c.vocab_size}}});
+  if (!allocated.ok()) return allocated;
   b.CopyFromHost(logit_rows.data(), rows_t);
   b.GatherRows(x, rows_t, picked);
   if (final_norm_w_.defined()) {
