@@ -1,5 +1,6 @@
 // Greedy decoding and beam search over a QueryState (docs/structured_prompting.md,
-// "Generation"). Deterministic: ties break toward lower beam index, then lower token id.
+// "Generation"). Deterministic: ties break toward lower beam index, then lower token id. The
+// search itself is generation_search.h, shared with T5's decoder (engine/t5/t5_generation.h).
 #pragma once
 
 #include <cstdint>
