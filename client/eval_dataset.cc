@@ -59,6 +59,24 @@ absl::StatusOr<std::vector<v1::Demonstration>> ToExamples(const std::vector<Reco
   return BuildDemonstrations(records, options, source);
 }
 
+// The train split read from train_file; the test split read from test_file or, without one, every
+// tenth training example (HoldOutEveryTenth). `read` maps a file to its examples.
+template <typename ReadExamples>
+absl::Status ReadSplits(const ReadExamples& read, const std::string& train_file,
+                        const std::string& test_file, EvalDataset& dataset) {
+  auto train = read(train_file);
+  if (!train.ok()) return train.status();
+  dataset.train = std::move(*train);
+  if (test_file.empty()) {
+    HoldOutEveryTenth(&dataset.train, &dataset.test);
+    return absl::OkStatus();
+  }
+  auto test = read(test_file);
+  if (!test.ok()) return test.status();
+  dataset.test = std::move(*test);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void HoldOutEveryTenth(std::vector<v1::Demonstration>* train,
@@ -129,16 +147,8 @@ absl::StatusOr<EvalDataset> LoadPresetDataset(const DatasetPreset& preset,
   dataset.input_template = preset.input_template;
   dataset.labels = preset.labels;
   dataset.max_query_tokens = preset.max_query_tokens;
-  auto train = read(preset.train_file);
-  if (!train.ok()) return train.status();
-  dataset.train = std::move(*train);
-  if (preset.test_file.empty()) {
-    HoldOutEveryTenth(&dataset.train, &dataset.test);
-  } else {
-    auto test = read(preset.test_file);
-    if (!test.ok()) return test.status();
-    dataset.test = std::move(*test);
-  }
+  absl::Status read_ok = ReadSplits(read, preset.train_file, preset.test_file, dataset);
+  if (!read_ok.ok()) return read_ok;
   return dataset;
 }
 
@@ -155,16 +165,8 @@ absl::StatusOr<EvalDataset> LoadFileDataset(const EvalFiles& files) {
     if (!records.ok()) return records.status();
     return ToExamples(*records, files.fields, path);
   };
-  auto train = read(files.train_path);
-  if (!train.ok()) return train.status();
-  dataset.train = std::move(*train);
-  if (files.test_path.empty()) {
-    HoldOutEveryTenth(&dataset.train, &dataset.test);
-  } else {
-    auto test = read(files.test_path);
-    if (!test.ok()) return test.status();
-    dataset.test = std::move(*test);
-  }
+  absl::Status read_ok = ReadSplits(read, files.train_path, files.test_path, dataset);
+  if (!read_ok.ok()) return read_ok;
   if (dataset.train.empty() || dataset.test.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         files.train_path, ": too few examples to hold out a test split (every tenth example)"));
