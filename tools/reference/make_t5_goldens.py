@@ -9,8 +9,10 @@ Per model and input: the encoder states (every value), the teacher-forced decode
 for a target that starts with decoder_start_token_id (over a vocabulary subset that includes
 every argmax, plus each row's argmax and log-sum-exp over the whole vocabulary, so the full
 distribution is checked too), candidate answers with their summed and mean log-probabilities,
-and the greedy generation of up to GREEDY_TOKENS tokens. Numbers are the shortest decimal of the
-float32 value.
+the greedy generation of up to GREEDY_TOKENS tokens, and beam searches (BEAMS: width, length
+penalty, token limit, and eos as the model's or as a token the searches reach, so that hypotheses
+finish at eos) with the decoder-only semantics (beam_search.py). Numbers are the
+shortest decimal of the float32 value.
 """
 
 import argparse
@@ -40,6 +42,12 @@ MODELS = [
 ]
 
 GREEDY_TOKENS = 6
+
+# (beam_width, length_penalty, max_new_tokens, eos): eos "model" is eos_token_id, "beam[1]" the
+# second token of the second search's output (a token the searches reach, so that hypotheses
+# finish at eos).
+BEAMS = [(1, 0.6, GREEDY_TOKENS, "model"), (2, 0.6, GREEDY_TOKENS, "model"),
+         (4, 1.0, 5, "model"), (3, 0.6, GREEDY_TOKENS, "beam[1]"), (2, 0.0, 4, "beam[1]")]
 
 SPEC_KEYS = ["vocab_size", "d_model", "d_kv", "d_ff", "layers", "decoder_layers", "heads",
              "buckets", "max_distance", "feed_forward_proj", "tie", "dtype", "shards", "seed"]
@@ -78,6 +86,7 @@ def main():
         cand_rng = np.random.default_rng(3000 + spec["seed"])
         eos = model.c.get("eos_token_id", 1)
         scoring = []
+        beam_margins = []
         for n in spec["input_lengths"]:
             ids = [int(x) for x in rng.integers(2, v, size=n)]
             target = [start] + [int(x) for x in rng.integers(2, v, size=spec["target_length"] - 1)]
@@ -92,22 +101,43 @@ def main():
             scores = [model.score(states, cand) for cand in candidates]
             generated, ended, margin = model.greedy(states, GREEDY_TOKENS)
             assert margin > 1e-3, f"greedy top-2 margin {margin} too small for a stable golden"
-            scoring.append((candidates, scores, generated, ended))
+            beams, results = [], []
+            beam_margin = np.inf
+            for width, penalty, limit, eos_kind in BEAMS:
+                eos_id = eos if eos_kind == "model" else results[1]["tokens"][1]
+                res = model.beam(states, width, penalty, limit, eos_id)
+                results.append(res)
+                assert res["margin"] > 2e-4, f"beam margin {res['margin']} too small for a golden"
+                beam_margin = min(beam_margin, res["margin"])
+                if width == 1 and eos_kind == "model":
+                    assert res["tokens"] == generated[:limit], "beam width 1 is not greedy"
+                beams.append('{"beam_width":%d,"length_penalty":%s,"max_new_tokens":%d,'
+                             '"eos_id":%d,"tokens":%s,"sum_logprob":%s,"score":%s,'
+                             '"finish_reason":%s}' % (
+                                 width, json.dumps(penalty), limit, eos_id,
+                                 json.dumps(res["tokens"]),
+                                 make_goldens.f32_number(res["sum_logprob"]),
+                                 make_goldens.f32_number(res["score"]),
+                                 json.dumps(res["finish"])))
+            scoring.append((candidates, scores, generated, ended, beams))
+            beam_margins.append(beam_margin)
         argmaxes = sorted({int(i) for c in cases for i in c[3].argmax(axis=-1)})
         subset = sorted(set(int(round(x)) for x in np.linspace(0, v - 1, 64)) | set(argmaxes))
         parts = []
-        for (ids, target, states, logits), (cands, scores, generated, ended) in zip(cases, scoring):
+        for (ids, target, states, logits), (cands, scores, generated, ended, beams) in zip(cases,
+                                                                                 scoring):
             top = logits.max(axis=-1, keepdims=True)
             lse = (top[:, 0] + np.log(np.exp(logits - top).sum(axis=-1))).tolist()
             parts.append(
                 '{"input":%s,\n"encoder_states":[%s],\n"target":%s,\n"logits":[%s],\n'
                 '"argmax":%s,"logsumexp":%s,\n"candidates":%s,"sum_logprob":%s,"mean_logprob":%s,'
-                '"greedy":%s,"greedy_ended_with_eos":%s}' % (
+                '"greedy":%s,"greedy_ended_with_eos":%s,\n"beams":[%s]}' % (
                     json.dumps(ids), ",".join(numbers(row) for row in states),
                     json.dumps(target), ",".join(numbers(row[subset]) for row in logits),
                     json.dumps([int(i) for i in logits.argmax(axis=-1)]), numbers(lse),
                     json.dumps(cands), numbers([t for t, _ in scores]),
-                    numbers([m for _, m in scores]), json.dumps(generated), json.dumps(ended)))
+                    numbers([m for _, m in scores]), json.dumps(generated), json.dumps(ended),
+                    ",\n".join(beams)))
         model_json = json.dumps({k: spec[k] for k in SPEC_KEYS})
         text = '{"model":%s,\n"regenerate":%s,\n"vocab_subset":%s,\n"cases":[\n%s]}\n' % (
             model_json, json.dumps(regenerate), json.dumps(subset), ",\n".join(parts))
@@ -118,7 +148,8 @@ def main():
         stds = [float(c[3].std()) for c in cases]
         margins = [float(np.diff(np.sort(c[3], axis=-1)[:, -2:], axis=-1).min()) for c in cases]
         print(f"{path}: {len(text)} bytes; logit std {min(stds):.2f}..{max(stds):.2f}; "
-              f"min top-2 margin {min(margins):.2e}", file=sys.stderr)
+              f"min top-2 margin {min(margins):.2e}; min beam margin {min(beam_margins):.2e}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

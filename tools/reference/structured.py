@@ -26,6 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import beam_search  # noqa: E402
 import reference  # noqa: E402
 
 MASK64 = (1 << 64) - 1
@@ -368,44 +369,7 @@ class Scorer:
                     finish=finish)
 
     def beam(self, query, beam_width, length_penalty, max_new_tokens, eos_id):
-        """Beam search exactly as docs/structured_prompting.md § Generation (stop_at_eos=true,
-        no stop strings). Returns dict(tokens (without eos), sum_logprob, score, finish,
-        finished=[all finished hypotheses in finishing order])."""
-        k = beam_width
-        live = [([], 0.0)]
-        finished = []  # (tokens incl. eos when finished at eos, sum, score, reason)
-        for step in range(1, max_new_tokens + 1):
-            pairs = []
-            for b, (toks, s) in enumerate(live):
-                (lp,) = self.next_logprobs(list(query) + toks, [len(query) + len(toks) - 1])
-                # Only the 2k best tokens of a beam can be among the 2k best pairs.
-                top = np.argsort(-lp, kind="stable")[: 2 * k]
-                for tok in top:
-                    pairs.append((s + float(lp[tok]), b, int(tok)))
-            pairs.sort(key=lambda x: (-x[0], x[1], x[2]))
-            pairs = pairs[: 2 * k]
-            new_live = []
-            for s, b, tok in pairs:
-                if len(new_live) == k:
-                    break  # the next live beams are complete; later pairs are not taken
-                toks = live[b][0] + [tok]
-                if tok == eos_id:
-                    finished.append((toks, s, s / len(toks) ** length_penalty, "EOS"))
-                else:
-                    new_live.append((toks, s))
-            live = new_live
-            if len(finished) >= k or not live:
-                break
-            if step == max_new_tokens:
-                for toks, s in live:
-                    finished.append((toks, s, s / len(toks) ** length_penalty, "MAX_TOKENS"))
-        best = None
-        for hyp in finished:  # strict > keeps the earliest finished on ties
-            if best is None or hyp[2] > best[2]:
-                best = hyp
-        toks, s, score, reason = best
-        if reason == "EOS":
-            toks = toks[:-1]
-        return dict(tokens=toks, sum_logprob=s, score=score, finish=reason,
-                    finished=[dict(tokens=h[0], sum_logprob=h[1], score=h[2], finish=h[3])
-                              for h in finished])
+        """Beam search exactly as docs/structured_prompting.md § Generation (beam_search.py)."""
+        return beam_search.beam_search(
+            lambda toks: self.next_logprobs(list(query) + toks, [len(query) + len(toks) - 1])[0],
+            beam_width, length_penalty, max_new_tokens, eos_id)

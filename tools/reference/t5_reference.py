@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import beam_search  # noqa: E402
 import reference  # noqa: E402  (safetensors reading, softmax)
 
 
@@ -168,3 +169,16 @@ class T5Model:
                 return seq[1:], True, margin
             seq.append(token)
         return seq[1:], False, margin
+
+    def next_logprobs(self, states, generated):
+        """log p(next token | input, generated): the decoder reads decoder_start_token_id then
+        `generated` (natural log, [V])."""
+        start = self.c.get("decoder_start_token_id", 0)
+        row = self.decode(states, [start] + list(generated))[-1]
+        top = row.max()
+        return row - top - np.log(np.exp(row - top).sum())
+
+    def beam(self, states, beam_width, length_penalty, max_new_tokens, eos_id):
+        """Beam search from the decoder with the decoder-only semantics (beam_search.py)."""
+        return beam_search.beam_search(lambda toks: self.next_logprobs(states, toks), beam_width,
+                                       length_penalty, max_new_tokens, eos_id)
