@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "gtest/gtest.h"
+#include "tests/engine/model/temp_dir.h"
 #include "tests/engine/support/golden_models.h"
 
 namespace manyshot::testing {
@@ -18,21 +19,9 @@ std::mutex& Mutex() {
 }
 
 // A per-process scratch directory, removed at exit.
-struct ScratchDir {
-  std::filesystem::path path;
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "manyshot_t5_XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 const std::filesystem::path& ScratchRoot() {
-  static const ScratchDir dir;
-  return dir.path;
+  static const TempDir dir;
+  return dir.path();
 }
 
 }  // namespace
