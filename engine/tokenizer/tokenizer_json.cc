@@ -11,6 +11,7 @@
 #include "engine/tokenizer/loaders.h"
 #include "engine/tokenizer/special_ids.h"
 #include "engine/tokenizer/text_util.h"
+#include "engine/tokenizer/tokenizer_json_fields.h"
 #include "engine/tokenizer/tokenizer_json_unigram.h"
 #include "nlohmann/json.hpp"
 
@@ -20,24 +21,11 @@ namespace {
 using nlohmann::json;
 using Pre = BpePipeline::PreTokenizer;
 
-constexpr std::string_view kFile = "tokenizer.json";
-
-absl::Status Bad(std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(ToAbsl(kFile), ": ", ToAbsl(what)));
-}
-absl::Status Unsupported(std::string_view what) {
-  return absl::UnimplementedError(absl::StrCat(ToAbsl(kFile), ": unsupported ", ToAbsl(what)));
-}
-
-std::string TypeOf(const json& j) {
-  const auto it = j.find("type");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-bool BoolOr(const json& j, const char* key, bool fallback) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
+using tokenizer_json::Bad;
+using tokenizer_json::BoolOr;
+using tokenizer_json::kFile;
+using tokenizer_json::TypeOf;
+using tokenizer_json::Unsupported;
 
 // A Replace's pattern: {"String": s} (a {"Regex": ...} pattern is not supported).
 absl::StatusOr<std::string> StringPattern(const json& step) {

@@ -25,6 +25,7 @@
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/sentencepiece_model_reader.h"
 #include "engine/tokenizer/text_util.h"
+#include "engine/tokenizer/tokenizer_json_fields.h"
 #include "engine/tokenizer/unigram_tokenizer.h"
 
 namespace manyshot {
@@ -33,20 +34,13 @@ namespace {
 using nlohmann::json;
 using Proto = SentencePieceModelProto;
 
-constexpr std::string_view kFile = "tokenizer.json";
+using tokenizer_json::Bad;
+using tokenizer_json::BoolOr;
+using tokenizer_json::kFile;
+using tokenizer_json::TypeOf;
 
-absl::Status Bad(std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(ToAbsl(kFile), ": ", ToAbsl(what)));
-}
 absl::Status Unsupported(std::string_view what) {
-  return absl::UnimplementedError(
-      absl::StrCat(ToAbsl(kFile), ": unsupported ", ToAbsl(what), " with a Unigram model"));
-}
-
-std::string TypeOf(const json& j) {
-  if (!j.is_object()) return "";
-  const auto it = j.find("type");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+  return tokenizer_json::Unsupported(absl::StrCat(ToAbsl(what), " with a Unigram model"));
 }
 
 // The whitespace handling the file describes, gathered from its steps.
@@ -158,9 +152,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadUnigramTokenizerJson(const json& 
   if (vocab == model.end() || !vocab->is_array()) return Bad("model.vocab is not a list");
   // Bounds memory on garbage that parses, as the BPE vocabulary does.
   if (vocab->size() >= (size_t{1} << 28)) return Bad("model.vocab is too large");
-  const auto byte_fallback = model.find("byte_fallback");
-  proto.byte_fallback =
-      byte_fallback != model.end() && byte_fallback->is_boolean() && byte_fallback->get<bool>();
+  proto.byte_fallback = BoolOr(model, "byte_fallback", false);
   proto.pieces.reserve(vocab->size());
   for (const json& entry : *vocab) {
     if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number()) {
@@ -200,8 +192,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadUnigramTokenizerJson(const json& 
                                         ") that is not the vocabulary's piece of that id"));
       }
       Proto::Piece& p = proto.pieces[static_cast<size_t>(i)];
-      const auto special = a.find("special");
-      const bool is_special = special != a.end() && special->is_boolean() && special->get<bool>();
+      const bool is_special = BoolOr(a, "special", false);
       if (p.type != Proto::PieceType::kUnknown) {
         p.type = is_special ? Proto::PieceType::kControl : Proto::PieceType::kUserDefined;
       }
