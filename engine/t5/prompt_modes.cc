@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -273,15 +274,17 @@ absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Prompts(
     absl::Span<const std::vector<int32_t>> candidates) {
   const int64_t inputs = encoding.decoder.inputs();
   if (inputs == 0) return absl::InvalidArgumentError("the encoding has no decoder input");
+  // ENSEMBLE: every prompt in one decoder pass, then the average; the other modes have one input.
+  std::vector<int64_t> all(static_cast<size_t>(inputs));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  auto scores = ScoreT5CandidatesForInputs(model, encoding.decoder, all, candidates);
+  if (!scores.ok()) return scores.status();
   std::vector<T5CandidateScore> mean(candidates.size());
-  // ENSEMBLE: one decoder pass per prompt, then the average; the other modes have one input.
-  for (int64_t i = 0; i < inputs; ++i) {
-    auto scores = ScoreT5Candidates(model, encoding.decoder, i, candidates);
-    if (!scores.ok()) return scores.status();
+  for (const std::vector<T5CandidateScore>& per_prompt : *scores) {
     for (size_t c = 0; c < candidates.size(); ++c) {
-      mean[c].sum_logprob += (*scores)[c].sum_logprob / static_cast<double>(inputs);
-      mean[c].mean_logprob += (*scores)[c].mean_logprob / static_cast<double>(inputs);
-      mean[c].tokens = (*scores)[c].tokens;
+      mean[c].sum_logprob += per_prompt[c].sum_logprob / static_cast<double>(inputs);
+      mean[c].mean_logprob += per_prompt[c].mean_logprob / static_cast<double>(inputs);
+      mean[c].tokens = per_prompt[c].tokens;
     }
   }
   return mean;

@@ -8,7 +8,8 @@
 //   FID           one prompt per demonstration (the demonstration, then the test input), each
 //                 encoded with full attention; the decoder reads all prompts' states at once
 //   ENSEMBLE      the same prompts (or G groups of demonstrations, §5.3), the decoder run per
-//                 prompt and each candidate's log-probabilities averaged over the prompts
+//                 prompt (all prompts' sequences in one decoder pass) and each candidate's
+//                 log-probabilities averaged over the prompts
 //   GROUP_FID     G groups of demonstrations, each group + the test input encoded (full attention
 //                 or SAICL), all groups' states read by the decoder at once (Appendix D.2)
 //

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/transformer/forward_input_checks.h"
@@ -22,34 +23,51 @@ double LogProb(const float* row, int64_t vocab, int32_t token) {
 absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Candidates(
     const T5Model& model, const T5EncoderOutput& encoded, int64_t input,
     absl::Span<const std::vector<int32_t>> candidates) {
+  const int64_t inputs[] = {input};
+  auto scores = ScoreT5CandidatesForInputs(model, encoded, inputs, candidates);
+  if (!scores.ok()) return scores.status();
+  return std::move(scores->front());
+}
+
+absl::StatusOr<std::vector<std::vector<T5CandidateScore>>> ScoreT5CandidatesForInputs(
+    const T5Model& model, const T5EncoderOutput& encoded, absl::Span<const int64_t> inputs,
+    absl::Span<const std::vector<int32_t>> candidates) {
   const T5Config& c = model.config();
-  std::vector<std::vector<int32_t>> inputs(candidates.size());
+  std::vector<std::vector<int32_t>> tokens(candidates.size());
   std::vector<std::vector<int64_t>> rows(candidates.size());
-  std::vector<KvCache> caches;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const std::vector<int32_t>& cand = candidates[i];
     if (cand.empty()) return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " is empty"));
     const absl::Status ids_ok = CheckTokenIds(cand, c.vocab_size, absl::StrCat("candidate ", i));
     if (!ids_ok.ok()) return ids_ok;
-    inputs[i].push_back(static_cast<int32_t>(c.decoder_start_token_id));
-    inputs[i].insert(inputs[i].end(), cand.begin(), cand.end() - 1);
+    tokens[i].push_back(static_cast<int32_t>(c.decoder_start_token_id));
+    tokens[i].insert(tokens[i].end(), cand.begin(), cand.end() - 1);
     for (size_t r = 0; r < cand.size(); ++r) rows[i].push_back(static_cast<int64_t>(r));
-    caches.push_back(model.NewDecoderCache(static_cast<int64_t>(cand.size())));
   }
+  // Every (input, candidate) pair is a sequence of one decoder pass, with its own cache.
+  std::vector<KvCache> caches;
+  caches.reserve(inputs.size() * candidates.size());
   std::vector<T5DecoderSequence> batch;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    batch.push_back({inputs[i], &caches[i], &encoded, input, rows[i]});
+  for (int64_t input : inputs) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      caches.push_back(model.NewDecoderCache(static_cast<int64_t>(candidates[i].size())));
+      batch.push_back({tokens[i], &caches.back(), &encoded, input, rows[i]});
+    }
   }
   auto result = model.Decode(batch);
   if (!result.ok()) return result.status();
-  std::vector<T5CandidateScore> scores(candidates.size());
+  std::vector<std::vector<T5CandidateScore>> scores(
+      inputs.size(), std::vector<T5CandidateScore>(candidates.size()));
   size_t row = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    for (int32_t token : candidates[i]) {
-      scores[i].sum_logprob += LogProb(result->row(row++), result->vocab_size, token);
+  for (auto& per_input : scores) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      for (int32_t token : candidates[i]) {
+        per_input[i].sum_logprob += LogProb(result->row(row++), result->vocab_size, token);
+      }
+      per_input[i].tokens = static_cast<int64_t>(candidates[i].size());
+      per_input[i].mean_logprob =
+          per_input[i].sum_logprob / static_cast<double>(per_input[i].tokens);
     }
-    scores[i].tokens = static_cast<int64_t>(candidates[i].size());
-    scores[i].mean_logprob = scores[i].sum_logprob / static_cast<double>(scores[i].tokens);
   }
   return scores;
 }

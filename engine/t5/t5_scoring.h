@@ -28,6 +28,12 @@ absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Candidates(
     const T5Model& model, const T5EncoderOutput& encoded, int64_t input,
     absl::Span<const std::vector<int32_t>> candidates);
 
+// The same for several inputs of `encoded` (ENSEMBLE's prompts), every input and candidate in
+// one decoder pass: result[j] holds the scores against input inputs[j].
+absl::StatusOr<std::vector<std::vector<T5CandidateScore>>> ScoreT5CandidatesForInputs(
+    const T5Model& model, const T5EncoderOutput& encoded, absl::Span<const int64_t> inputs,
+    absl::Span<const std::vector<int32_t>> candidates);
+
 struct T5Generation {
   std::vector<int32_t> tokens;  // generated ids, without decoder_start_token_id and without eos
   bool ended_with_eos = false;  // false: stopped at max_new_tokens
