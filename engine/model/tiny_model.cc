@@ -55,16 +55,15 @@ absl::Status ValidateSpec(const TinyModelSpec& s) {
                             "\" (gpt2, llama, mistral, qwen2, bloom, opt)"));
   }
   if (!s.pre_norm && s.family != "opt") return Bad("only opt has post-LN (pre_norm false) models");
-  const int64_t kMaxDim = int64_t{1} << 20;
-  for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", s.vocab_size},
-                         {"hidden_size", s.hidden_size},
-                         {"intermediate_size", s.intermediate_size},
-                         {"num_layers", s.num_layers},
-                         {"num_heads", s.num_heads},
-                         {"num_kv_heads", s.num_kv_heads},
-                         {"max_position_embeddings", s.max_position_embeddings}}) {
-    if (v <= 0 || v > kMaxDim) return Bad(absl::StrCat(name, " must be in [1, 2^20], got ", v));
-  }
+  absl::Status sizes =
+      CheckTinySizes("tiny model spec", {{"vocab_size", s.vocab_size},
+                                         {"hidden_size", s.hidden_size},
+                                         {"intermediate_size", s.intermediate_size},
+                                         {"num_layers", s.num_layers},
+                                         {"num_heads", s.num_heads},
+                                         {"num_kv_heads", s.num_kv_heads},
+                                         {"max_position_embeddings", s.max_position_embeddings}});
+  if (!sizes.ok()) return sizes;
   if (s.hidden_size % s.num_heads != 0) return Bad("num_heads must divide hidden_size");
   if (s.num_heads % s.num_kv_heads != 0) return Bad("num_kv_heads must divide num_heads");
   if (s.family == "gpt2") {
@@ -111,6 +110,18 @@ std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
 }
 
 }  // namespace
+
+absl::Status CheckTinySizes(absl::string_view spec,
+                            absl::Span<const std::pair<const char*, int64_t>> sizes) {
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  for (const auto& [name, v] : sizes) {
+    if (v <= 0 || v > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec, ": ", name, " must be in [1, 2^20], got ", v));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::vector<float> SeededNormalValues(uint64_t seed, const std::string& name,
                                       const std::vector<int64_t>& shape, double mean, double sd) {

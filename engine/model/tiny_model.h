@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/core/dtype.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors_writer.h"
@@ -48,6 +51,11 @@ absl::StatusOr<std::vector<TensorToWrite>> TinyModelTensors(const TinyModelSpec&
 // tokenizer_config.json, special_tokens_map.json) verbatim. Creates out_dir if needed.
 absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::path& tokenizer_dir,
                             const std::filesystem::path& out_dir);
+
+// INVALID_ARGUMENT "<spec>: <name> must be in [1, 2^20], got <value>" for the first of `sizes`
+// (name, value) beyond what a tiny model allows; OK when every size is in range.
+absl::Status CheckTinySizes(absl::string_view spec,
+                            absl::Span<const std::pair<const char*, int64_t>> sizes);
 
 // The values of tensor `name` (of `shape`) in a model generated with `seed`: mean + sd N(0, 1)
 // from a NormalRng seeded by the seed and the name, so adding a tensor never changes the others.

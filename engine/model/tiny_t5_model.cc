@@ -18,19 +18,14 @@ namespace {
 
 absl::Status Validate(const TinyT5Spec& s) {
   const T5Config& c = s.config;
-  constexpr int64_t kMaxDim = int64_t{1} << 20;
-  for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
-                         {"d_model", c.d_model},
-                         {"d_kv", c.d_kv},
-                         {"d_ff", c.d_ff},
-                         {"num_layers", c.num_layers},
-                         {"num_decoder_layers", c.num_decoder_layers},
-                         {"num_heads", c.num_heads}}) {
-    if (v <= 0 || v > kMaxDim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tiny T5 spec: ", name, " must be in [1, 2^20], got ", v));
-    }
-  }
+  absl::Status sizes = CheckTinySizes("tiny T5 spec", {{"vocab_size", c.vocab_size},
+                                                       {"d_model", c.d_model},
+                                                       {"d_kv", c.d_kv},
+                                                       {"d_ff", c.d_ff},
+                                                       {"num_layers", c.num_layers},
+                                                       {"num_decoder_layers", c.num_decoder_layers},
+                                                       {"num_heads", c.num_heads}});
+  if (!sizes.ok()) return sizes;
   if (c.relative_attention_num_buckets < 4 ||
       c.relative_attention_max_distance <= c.relative_attention_num_buckets / 2) {
     return absl::InvalidArgumentError(
