@@ -1,9 +1,9 @@
 #include "engine/t5/t5_task.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/t5/t5_generation.h"
 
 namespace manyshot {
 namespace {
@@ -264,15 +264,6 @@ absl::StatusOr<std::vector<ChoiceResult>> T5Task::ScoreChoicesPrepared(
 absl::StatusOr<GenerationOutput> T5Task::Generate(const EncodedContext*, const Example& input,
                                                   GenerationParams params,
                                                   const QueryOverrides& overrides) {
-  if (params.beam_search) {
-    return absl::InvalidArgumentError(
-        "beam search is not implemented for encoder-decoder (T5) models; use GREEDY");
-  }
-  if (!params.stop.empty()) {
-    return absl::InvalidArgumentError(
-        "stop strings are not implemented for encoder-decoder (T5) models; T5 generation stops at "
-        "eos or max_new_tokens");
-  }
   if (!params.eos_id || *params.eos_id != eos_id_) {
     return absl::InvalidArgumentError(
         "T5 generation always stops at the tokenizer's eos; stop_at_eos cannot be turned off");
@@ -289,39 +280,22 @@ absl::StatusOr<GenerationOutput> T5Task::Generate(const EncodedContext*, const E
   if (params.cancelled && params.cancelled()) return absl::CancelledError("generation cancelled");
   auto encoding = EncodeT5Prompts(model_, demonstrations_, *mode, *query);
   if (!encoding.ok()) return encoding.status();
-  auto generated = GenerateT5Prompts(model_, *encoding, params.max_new_tokens);
-  if (!generated.ok()) return generated.status();
-
-  // Each token's log-probability: the decoder's teacher-forced scores of every prefix of the
-  // output (eos included when it ended there), differenced. One batched decoder pass.
-  GenerationOutput out;
-  out.tokens = generated->tokens;
-  out.reason = generated->ended_with_eos ? FinishReason::kEos : FinishReason::kMaxTokens;
-  std::vector<int32_t> sequence = out.tokens;
-  if (generated->ended_with_eos) sequence.push_back(eos_id_);
-  std::vector<std::vector<int32_t>> prefixes;
-  for (size_t n = 1; n <= sequence.size(); ++n) {
-    prefixes.emplace_back(sequence.begin(), sequence.begin() + static_cast<int64_t>(n));
+  // ENSEMBLE averages per-prompt scores; there is no one decoder input to search from.
+  if (encoding->decoder.inputs() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(T5PromptModeName(encoding->mode),
+                     " runs the decoder per prompt and only scores candidates; generate with "
+                     "SAICL, FID, GROUP_FID or CONVENTIONAL"));
   }
-  std::vector<double> token_logprobs;
-  if (!prefixes.empty()) {
-    auto scored = ScoreT5Prompts(model_, *encoding, prefixes);
-    if (!scored.ok()) return scored.status();
-    double previous = 0;
-    for (const T5CandidateScore& s : *scored) {
-      token_logprobs.push_back(s.sum_logprob - previous);
-      previous = s.sum_logprob;
-    }
-    out.sum_logprob = scored->back().sum_logprob;
+  if (!params.decode) {
+    params.decode = [this](const std::vector<int32_t>& ids) {
+      auto text = tokenizer_.Decode(ids);
+      return text.ok() ? *text : std::string();
+    };
   }
-  if (params.on_token) {
-    for (size_t i = 0; i < out.tokens.size(); ++i)
-      params.on_token(out.tokens[i], token_logprobs[i]);
-  }
-  // As engine/prompting/generation.cc scores a greedy output: eos counts in the length.
-  out.score = out.sum_logprob / std::pow(static_cast<double>(std::max<size_t>(sequence.size(), 1)),
-                                         params.length_penalty);
-  return out;
+  // The decoder-only search (greedy or beam, length penalty, stop strings; on_token as each
+  // greedy token is chosen), its sums and scores counted as for decoder-only tasks.
+  return GenerateT5(model_, encoding->decoder, 0, params);
 }
 
 }  // namespace manyshot

@@ -10,8 +10,9 @@
 //     its tokens followed by eos (the decoder's target ends there);
 //   - no encoded context lives in the cache: the demonstrations' encoder states depend on the
 //     test input, so the encoder runs per query (prompt_modes.h, "What does not depend");
-//   - contextual calibration, beam search, stop strings and shuffle_seed are refused with a
-//     message naming them (not implemented for encoder-decoder models).
+//   - contextual calibration and shuffle_seed are refused with a message naming them (not
+//     implemented for encoder-decoder models); generation (greedy or beam search, stop strings)
+//     is the decoder-only search run over T5's decoder (engine/t5/t5_generation.h).
 #pragma once
 
 #include <memory>
@@ -71,8 +72,10 @@ class T5Task : public ServedTask {
   absl::StatusOr<std::vector<ChoiceResult>> ScoreChoicesPrepared(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
       const QueryOverrides& overrides) override;
-  // Greedy decoding (GenerateT5Prompts); on_token gets each token with its log-probability once
-  // the sequence is decoded. ENSEMBLE has no single decoder input: INVALID_ARGUMENT naming it.
+  // GenerateT5 from the mode's decoder input: greedy (on_token gets each token with its
+  // log-probability as it is chosen) or beam search, with stop strings (decoded with the task's
+  // tokenizer unless params.decode is set). params.eos_id must be the tokenizer's eos. ENSEMBLE
+  // has no single decoder input: INVALID_ARGUMENT naming it.
   absl::StatusOr<GenerationOutput> Generate(const EncodedContext* context, const Example& input,
                                             GenerationParams params,
                                             const QueryOverrides& overrides) override;

@@ -19,6 +19,7 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/model/tiny_t5_model.h"
 #include "engine/t5/prompt_modes.h"
+#include "engine/t5/t5_generation.h"
 #include "engine/t5/t5_task.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/create_channel.h"
@@ -54,7 +55,7 @@ class ScratchDir {
 };
 
 // T5's special ids (pad 0, eos 1, unk 2), then "▁", letters, digits, punctuation and some words,
-// each scored so that whole words win over letters.
+// each scored so that whole words win over letters, then fillers to the model's vocabulary size.
 void WriteUnigramTokenizer(const fs::path& dir) {
   nlohmann::json vocab = nlohmann::json::array();
   vocab.push_back({"<pad>", 0.0});
@@ -68,6 +69,11 @@ void WriteUnigramTokenizer(const fs::path& dir) {
   for (const char* w : {"good", "bad", "movie", "great", "terrible", "plot", "film", "fun", "dull",
                         "Sentence", "Label", "positive", "negative", "the", "was", "a", "it"}) {
     vocab.push_back({std::string("\u2581") + w, -1.0});
+  }
+  // Filler words up to the model's 512 ids, so that every id a random decoder generates has text
+  // (stop strings match decoded text). No input, template or label has a "q".
+  for (int i = 0; vocab.size() < 512; ++i) {
+    vocab.push_back({"\u2581q" + std::to_string(i), -10.0});
   }
   const nlohmann::json tokenizer = {
       {"added_tokens",
@@ -244,6 +250,23 @@ class DirectEngine {
     return *generated;
   }
 
+  // GenerateT5 on the task's decoder input for `input`, stop strings decoded by the tokenizer.
+  GenerationOutput Generate(const T5Task& task, const std::string& input,
+                            GenerationParams params) const {
+    auto query = task.QueryTokens({input, {}, ""});
+    auto encoding = EncodeT5Prompts(*model_, task.demonstrations(), task.options().mode, *query);
+    EXPECT_TRUE(encoding.ok()) << encoding.status();
+    params.decode = [this](const std::vector<int32_t>& ids) { return Decode(ids); };
+    auto generated = GenerateT5(*model_, encoding->decoder, 0, params);
+    EXPECT_TRUE(generated.ok()) << generated.status();
+    return generated.ok() ? *std::move(generated) : GenerationOutput();
+  }
+
+  std::string Decode(const std::vector<int32_t>& ids) const {
+    auto text = tokenizer_->Decode(ids);
+    return text.ok() ? *text : std::string();
+  }
+
   double SumLogprob(const T5Task& task, const std::string& input,
                     const std::vector<int32_t>& tokens) const {
     auto query = task.QueryTokens({input, {}, ""});
@@ -385,8 +408,8 @@ TEST_P(T5ServingTest, ConventionalTaskAnswersAsTheEngine) {
     EXPECT_EQ(result.finish_reason(), expected_tokens.ended_with_eos
                                           ? v1::FINISH_REASON_EOS
                                           : v1::FINISH_REASON_MAX_TOKENS);
-    // The server scores every prefix in one decoder batch (for the per-token log-probs), the
-    // engine here the whole sequence alone: equal up to f32 rounding of a different batch.
+    // The server sums each step's log-probability (one token per decoder pass), the engine here
+    // scores the whole sequence in one pass: equal up to f32 rounding.
     if (!scored.empty()) {
       EXPECT_NEAR(result.sum_logprob(), engine.SumLogprob(*task, kInputs[1], scored), 1e-5);
     }
@@ -481,6 +504,131 @@ TEST_P(T5ServingTest, SaiclFidEnsembleGroupFidAnswerAsTheEngineAndIgnoreOrder) {
   const grpc::Status status = reader->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("ENSEMBLE"), std::string::npos) << status.error_message();
+}
+
+struct ServerGeneration {
+  grpc::Status status;
+  v1::GenerationResult result;
+  std::vector<int32_t> streamed;  // the token messages' ids
+};
+
+ServerGeneration GenerateThroughServer(v1::ManyShot::Stub& stub, const std::string& id,
+                                       const std::string& input,
+                                       const v1::GenerationOptions& options) {
+  grpc::ClientContext context;
+  v1::GenerateRequest request;
+  request.set_task_id(id);
+  request.mutable_input()->set_text(input);
+  *request.mutable_options() = options;
+  auto reader = stub.Generate(&context, request);
+  ServerGeneration out;
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    if (response.has_token()) out.streamed.push_back(response.token().token_id());
+    if (response.has_result()) out.result = response.result();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kMaxTokens:
+      return v1::FINISH_REASON_MAX_TOKENS;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void ExpectGenerationEquals(const ServerGeneration& got, const GenerationOutput& expected) {
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(std::vector<int32_t>(got.result.token_ids().begin(), got.result.token_ids().end()),
+            expected.tokens);
+  EXPECT_EQ(got.streamed, expected.tokens);
+  EXPECT_EQ(got.result.finish_reason(), ToProto(expected.reason));
+  EXPECT_NEAR(got.result.sum_logprob(), expected.sum_logprob, 1e-5);
+  EXPECT_NEAR(got.result.score(), expected.score, 1e-5);
+}
+
+TEST_P(T5ServingTest, BeamSearchAndStopStringsGenerateAsGenerateT5) {
+  ScratchDir dir(GetParam() ? "beam_v1_1" : "beam_v1_0");
+  const fs::path model_dir = WriteTinyT5(dir.path(), GetParam());
+  Running server = Start(ConfigFor(dir.path() / "data", model_dir));
+  ASSERT_TRUE(server.app);
+  DirectEngine engine(model_dir);
+  constexpr int kMaxNew = 8;
+
+  for (const auto& [mode, groups] : {std::pair{v1::MODE_SAICL, 0u}, {v1::MODE_GROUP_FID, 2u}}) {
+    SCOPED_TRACE(ModeName(mode));
+    const v1::TaskSpec spec = SpecFor(mode, groups);
+    const std::string id = absl::AsciiStrToLower(ModeName(mode));
+    ASSERT_TRUE(CreateTask(*server.stub, id, spec, Demonstrations(InOrder())).ok());
+    auto task = engine.Task(spec, Demonstrations(InOrder()));
+    ASSERT_NE(task, nullptr);
+
+    // Beam search of width 3: the server's result is GenerateT5's on the same decoder input.
+    v1::GenerationOptions beam_options;
+    beam_options.set_strategy(v1::DECODING_STRATEGY_BEAM);
+    beam_options.set_beam_width(3);
+    beam_options.set_length_penalty(0.6);
+    beam_options.set_max_new_tokens(kMaxNew);
+    GenerationParams beam;
+    beam.beam_search = true;
+    beam.beam_width = 3;
+    beam.length_penalty = 0.6;
+    beam.max_new_tokens = kMaxNew;
+    beam.eos_id = 1;
+    for (const std::string& input : kInputs) {
+      SCOPED_TRACE(input);
+      ExpectGenerationEquals(GenerateThroughServer(*server.stub, id, input, beam_options),
+                             engine.Generate(*task, input, beam));
+    }
+
+    // A stop string: the text of the greedy output's shortest non-empty prefix that is not the
+    // whole output. Generation ends right there, the stop string cut from the text.
+    GenerationParams greedy = beam;
+    greedy.beam_search = false;
+    bool stopped_one = false;
+    for (const std::string& input : kInputs) {
+      SCOPED_TRACE(input);
+      const GenerationOutput unstopped = engine.Generate(*task, input, greedy);
+      size_t cut = 1;
+      std::string stop;
+      for (; cut < unstopped.tokens.size(); ++cut) {
+        stop = engine.Decode(
+            {unstopped.tokens.begin(), unstopped.tokens.begin() + static_cast<int64_t>(cut)});
+        if (!stop.empty()) break;
+      }
+      if (stop.empty() || cut >= unstopped.tokens.size()) continue;
+      v1::GenerationOptions options;
+      options.set_max_new_tokens(kMaxNew);
+      options.add_stop(stop);
+      const ServerGeneration got = GenerateThroughServer(*server.stub, id, input, options);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      EXPECT_EQ(got.result.finish_reason(), v1::FINISH_REASON_STOP_STRING);
+      EXPECT_EQ(std::vector<int32_t>(got.result.token_ids().begin(), got.result.token_ids().end()),
+                std::vector<int32_t>(unstopped.tokens.begin(),
+                                     unstopped.tokens.begin() + static_cast<int64_t>(cut)));
+      EXPECT_EQ(got.result.text(), "");  // the whole text was the stop string
+      GenerationParams with_stop = greedy;
+      with_stop.stop = {stop};
+      ExpectGenerationEquals(got, engine.Generate(*task, input, with_stop));
+
+      // The same stop string under beam search, as GenerateT5 with it.
+      v1::GenerationOptions beam_stop = beam_options;
+      beam_stop.add_stop(stop);
+      GenerationParams beam_with_stop = beam;
+      beam_with_stop.stop = {stop};
+      ServerGeneration beam_got = GenerateThroughServer(*server.stub, id, input, beam_stop);
+      const GenerationOutput beam_expected = engine.Generate(*task, input, beam_with_stop);
+      ExpectGenerationEquals(beam_got, beam_expected);
+      stopped_one = true;
+    }
+    EXPECT_TRUE(stopped_one) << "no greedy output of these inputs had a non-empty proper prefix";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, T5ServingTest, ::testing::Values(false, true),
