@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/cache_key.h"
 #include "engine/prompting/icl_served_task.h"
+#include "engine/t5/prompt_modes.h"
 #include "engine/t5/t5_task.h"
 #include "server/t5_task_spec.h"
 #include "server/task_spec.h"
@@ -364,6 +365,13 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
   SetTime(t.mutable_create_time(), now);
   auto* stats = t.mutable_stats();
   stats->set_demonstrations(static_cast<uint64_t>(set.demonstrations()));
+  // The prompts the encoder reads per query (Prepare checked the mode's groups against k).
+  auto layout = LayOutT5Prompts(task->options().mode, set.demonstrations());
+  if (!layout.ok()) return fail(layout.status());
+  stats->set_groups(layout->prompt_demonstrations.size());
+  for (const auto& prompt : layout->prompt_demonstrations) {
+    stats->add_demonstrations_per_group(static_cast<uint32_t>(prompt.size()));
+  }
   int64_t tokens = 0;
   for (const auto& segment : set.segments) tokens += static_cast<int64_t>(segment.size());
   stats->set_context_tokens(static_cast<uint64_t>(tokens));

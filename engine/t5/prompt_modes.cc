@@ -164,16 +164,8 @@ absl::StatusOr<T5DemonstrationSet> PrepareT5Demonstrations(
   return set;
 }
 
-absl::StatusOr<T5PromptEncoding> EncodeT5Prompts(const T5Model& model,
-                                                 const T5DemonstrationSet& demonstrations,
-                                                 const T5ModeOptions& options,
-                                                 absl::Span<const int32_t> test_input) {
-  const int64_t k = demonstrations.demonstrations();
-  if (k == 0) return absl::InvalidArgumentError("the demonstration set is empty");
-  auto status = CheckIds(test_input, model.config().vocab_size, "the test input");
-  if (!status.ok()) return status;
+absl::StatusOr<T5PromptLayout> LayOutT5Prompts(const T5ModeOptions& options, int64_t k) {
   const char* mode = T5PromptModeName(options.mode);
-  // Prompts and the attention inside each.
   int64_t groups = 1;
   T5PromptAttention attention = T5PromptAttention::kFull;
   switch (options.mode) {
@@ -204,13 +196,31 @@ absl::StatusOr<T5PromptEncoding> EncodeT5Prompts(const T5Model& model,
       return absl::InvalidArgumentError(
           absl::StrCat("unknown T5 prompt mode ", static_cast<int>(options.mode)));
   }
+  T5PromptLayout layout;
+  layout.prompt_demonstrations = SplitIntoGroups(k, groups);
+  layout.attention = attention;
+  return layout;
+}
+
+absl::StatusOr<T5PromptEncoding> EncodeT5Prompts(const T5Model& model,
+                                                 const T5DemonstrationSet& demonstrations,
+                                                 const T5ModeOptions& options,
+                                                 absl::Span<const int32_t> test_input) {
+  const int64_t k = demonstrations.demonstrations();
+  if (k == 0) return absl::InvalidArgumentError("the demonstration set is empty");
+  auto status = CheckIds(test_input, model.config().vocab_size, "the test input");
+  if (!status.ok()) return status;
+  auto layout = LayOutT5Prompts(options, k);
+  if (!layout.ok()) return layout.status();
+  const int64_t groups = static_cast<int64_t>(layout->prompt_demonstrations.size());
+  const T5PromptAttention attention = layout->attention;
   T5PromptEncoding result;
   result.mode = options.mode;
   auto test = Segment(test_input, demonstrations.segment_length, demonstrations.long_demonstrations,
                       "the test input", &result.test_truncated);
   if (!test.ok()) return test.status();
   result.test_tokens = static_cast<int64_t>(test->size());
-  result.prompt_demonstrations = SplitIntoGroups(k, groups);
+  result.prompt_demonstrations = std::move(layout->prompt_demonstrations);
 
   // The batch: every demonstration's segment (the cached first-layer rows), then one copy of the
   // test segment per prompt.

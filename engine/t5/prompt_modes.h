@@ -94,6 +94,19 @@ struct T5ModeOptions {
 // "CONVENTIONAL", "SAICL", "FID", "ENSEMBLE", "GROUP_FID" (messages, logs).
 const char* T5PromptModeName(T5PromptMode mode);
 
+// How a mode lays k demonstrations out in prompts; it depends on no test input (GetTask reports
+// it as the task's groups).
+struct T5PromptLayout {
+  // Per prompt, the indices of its demonstrations: CONVENTIONAL and SAICL one prompt of all, FID
+  // one per demonstration, ENSEMBLE G groups (0: one per demonstration), GROUP_FID G groups; groups
+  // are consecutive, sizes differing by at most one, the larger first.
+  std::vector<std::vector<int64_t>> prompt_demonstrations;
+  T5PromptAttention attention = T5PromptAttention::kFull;  // inside each prompt
+};
+
+// INVALID_ARGUMENT for groups that do not fit the mode or exceed k, or an unknown mode.
+absl::StatusOr<T5PromptLayout> LayOutT5Prompts(const T5ModeOptions& options, int64_t k);
+
 // The encoder side of one query.
 struct T5PromptEncoding {
   T5PromptMode mode = T5PromptMode::kSaicl;

@@ -431,13 +431,20 @@ TEST_P(T5ServingTest, SaiclFidEnsembleGroupFidAnswerAsTheEngineAndIgnoreOrder) {
     v1::Mode mode;
     uint32_t groups;
     bool order_free;  // the paper's permutation invariance
+    // GetTask's stats.demonstrations_per_group: the demonstrations of each prompt the encoder
+    // reads (stats.groups is their count).
+    std::vector<uint32_t> per_prompt;
   };
-  for (const Case& c : {Case{v1::MODE_SAICL, 0, true}, Case{v1::MODE_FID, 0, true},
-                        Case{v1::MODE_ENSEMBLE, 0, true}, Case{v1::MODE_GROUP_FID, 2, false},
-                        Case{v1::MODE_CONVENTIONAL, 0, false}}) {
+  for (const Case& c :
+       {Case{v1::MODE_SAICL, 0, true, {6}}, Case{v1::MODE_FID, 0, true, {1, 1, 1, 1, 1, 1}},
+        Case{v1::MODE_ENSEMBLE, 0, true, {1, 1, 1, 1, 1, 1}},
+        Case{v1::MODE_ENSEMBLE, 4, false, {2, 2, 1, 1}},
+        Case{v1::MODE_GROUP_FID, 4, false, {2, 2, 1, 1}},
+        Case{v1::MODE_CONVENTIONAL, 0, false, {6}}}) {
     SCOPED_TRACE(ModeName(c.mode));
     const v1::TaskSpec spec = SpecFor(c.mode, c.groups);
-    const std::string id = absl::AsciiStrToLower(ModeName(c.mode));
+    const std::string id =
+        absl::AsciiStrToLower(ModeName(c.mode)) + (c.groups ? "-g" + std::to_string(c.groups) : "");
     ASSERT_TRUE(CreateTask(*server.stub, id, spec, Demonstrations(InOrder())).ok());
     auto task = engine.Task(spec, Demonstrations(InOrder()));
     ASSERT_NE(task, nullptr);
@@ -456,8 +463,12 @@ TEST_P(T5ServingTest, SaiclFidEnsembleGroupFidAnswerAsTheEngineAndIgnoreOrder) {
     EXPECT_EQ(shown.stats().demonstrations(), 6u);
     EXPECT_EQ(shown.stats().cache_bytes(), 0u);
     EXPECT_EQ(shown.stats().tiers_size(), 0);  // nothing in the KV tiers
+    EXPECT_EQ(shown.stats().groups(), c.per_prompt.size());
+    EXPECT_EQ(std::vector<uint32_t>(shown.stats().demonstrations_per_group().begin(),
+                                    shown.stats().demonstrations_per_group().end()),
+              c.per_prompt);
 
-    if (c.mode == v1::MODE_GROUP_FID) continue;  // groups change with the order
+    if (c.groups != 0) continue;  // groups change with the order
     ASSERT_TRUE(CreateTask(*server.stub, id + "-shuffled", spec, Demonstrations(shuffled)).ok());
     const v1::ClassifyResponse reordered = Classify(*server.stub, id + "-shuffled", &status);
     ASSERT_TRUE(status.ok()) << status.error_message();
