@@ -36,6 +36,11 @@ ABSL_FLAG(int, device, 0, "CUDA device index for --backend=cuda");
 ABSL_FLAG(std::string, compute_dtype, "",
           "Weights and activations: f32, bf16 or f16; empty = the backend's default (cpu: f32, "
           "cuda: bf16 with f32 accumulation)");
+ABSL_FLAG(
+    std::string, weight_dtype, "",
+    "Matrix weights held in memory: f32 or bf16 (cpu: bf16 weights widened in the kernels with "
+    "f32 compute, half the bytes decode reads); empty = the compute dtype. Decoder-only "
+    "models");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json (one JSON object per line)");
 ABSL_FLAG(std::string, port_file, "",
@@ -114,6 +119,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.backend = absl::GetFlag(FLAGS_backend);
   config.device = absl::GetFlag(FLAGS_device);
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
+  config.weight_dtype = absl::GetFlag(FLAGS_weight_dtype);
   config.log_level = absl::GetFlag(FLAGS_log_level);
   config.log_format = absl::GetFlag(FLAGS_log_format);
   config.port_file = absl::GetFlag(FLAGS_port_file);

@@ -11,6 +11,7 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
 #include "engine/model/t5_config.h"
+#include "server/dtype_flag.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
@@ -161,22 +162,22 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
   spdlog::info("backend {} ({}): {}", loaded.backend->name(), loaded.backend_selection,
                loaded.backend->description());
   TransformerOptions options;
-  if (!config.compute_dtype.empty()) {
-    if (config.compute_dtype == "f32") {
-      options.compute = DType::kF32;
-    } else if (config.compute_dtype == "bf16") {
-      options.compute = DType::kBF16;
-    } else if (config.compute_dtype == "f16") {
-      options.compute = DType::kF16;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--compute_dtype=", config.compute_dtype, " is not one of f32, bf16, f16"));
-    }
-  }
+  auto compute = ParseDTypeFlag("compute_dtype", config.compute_dtype);
+  if (!compute.ok()) return compute.status();
+  options.compute = *compute;
+  auto weights = ParseDTypeFlag("weight_dtype", config.weight_dtype);
+  if (!weights.ok()) return weights.status();
+  options.weights = *weights;
   // An encoder-decoder (T5) directory loads as T5Model; every other model_type as a Transformer,
   // whose loader names what it does not support.
   auto model_type = ConfigModelType(model_dir / "config.json");
   if (model_type.ok() && *model_type == "t5") {
+    if (options.weights.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weight_dtype=", config.weight_dtype,
+                       " applies to decoder-only models; the T5 model in ", model_dir.string(),
+                       " holds its weights in the compute dtype (set --compute_dtype)"));
+    }
     auto t5 = T5Model::Load(model_dir, *loaded.backend, options);
     if (!t5.ok()) {
       return absl::Status(
@@ -239,13 +240,16 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
   spdlog::info(
       "model loaded in {} ms: {} ({}, decoder-only, {} layers, hidden {}, {} heads / {} kv, vocab "
       "{}, context "
-      "{}, weights {} computed in {}, KV {}, fingerprint {}), tokenizer {} {}, backend {}",
+      "{}, weights stored as {} held as {} computed in {}, KV {}, fingerprint {}), tokenizer {} "
+      "{}, "
+      "backend {}",
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                             start)
           .count(),
       model_dir.string(), c.model_type, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads,
       c.vocab_size, c.max_position_embeddings,
       std::string(DTypeName(loaded.transformer->stored_dtype())),
+      std::string(DTypeName(loaded.transformer->weight_dtype())),
       std::string(DTypeName(loaded.transformer->compute_dtype())),
       std::string(DTypeName(loaded.transformer->kv_dtype())), loaded.transformer->fingerprint(),
       loaded.tokenizer->kind(), loaded.tokenizer->fingerprint(), loaded.backend->description());

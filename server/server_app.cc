@@ -13,6 +13,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/auth.h"
+#include "server/dtype_flag.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
@@ -129,14 +130,9 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
     cache_options.host_budget_bytes = config.host_memory_budget_bytes;
   }
   cache_options.eager_restore = config.eager_restore;
-  if (config.kv_dtype == "bf16") {
-    cache_options.kv_dtype = DType::kBF16;
-  } else if (config.kv_dtype == "f16") {
-    cache_options.kv_dtype = DType::kF16;
-  } else if (config.kv_dtype != "f32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv_dtype=", config.kv_dtype, " is not one of f32, bf16, f16"));
-  }
+  auto kv_dtype = ParseDTypeFlag("kv_dtype", config.kv_dtype);
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  cache_options.kv_dtype = kv_dtype->value_or(DType::kF32);
   // Both backends' attention reads 16-bit context K/V directly: keep memory in the storage dtype.
   cache_options.memory_holds_storage_dtype = true;
   cache_options.log = [](LogLevel level, const std::string& message) {

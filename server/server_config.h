@@ -19,6 +19,9 @@ struct ServerConfig {
   std::string backend;        // "cpu" or "cuda"; "" = cuda when a GPU is usable, else cpu
   int device = 0;             // the CUDA device index
   std::string compute_dtype;  // f32, bf16 or f16; "" = the backend's default (cpu f32, cuda bf16)
+  // Matrix weights held in memory: f32, bf16 or f16 where the backend widens them in its kernels
+  // (cpu: bf16 with f32 compute); "" = the compute dtype. Decoder-only models.
+  std::string weight_dtype;
   std::string log_level = "info";
   std::string log_format = "text";  // "text" or "json"
   int shutdown_grace_seconds = 10;  // in-flight calls get this long after SIGTERM
