@@ -34,8 +34,9 @@ ABSL_FLAG(std::string, shots, "",
           "eval: comma-separated demonstration counts (default 1,4,16,64,256,1000, capped at the "
           "training split)");
 ABSL_FLAG(std::string, modes, "structured,parallel,conventional",
-          "eval: comma-separated modes; parallel uses rescale factor 1, conventional as many "
-          "demonstrations as fit one window");
+          "eval: comma-separated modes; decoder-only models: structured, parallel (rescale factor "
+          "1), conventional (as many demonstrations as fit one window); encoder-decoder (T5) "
+          "models: conventional, saicl, fid, ensemble, group_fid (with --groups=G)");
 ABSL_FLAG(int, samples, 3, "eval: demonstration samples (seeds --seed, --seed+1, ...)");
 ABSL_FLAG(uint64_t, seed, 1, "eval: first sample's seed; also orders the test split");
 ABSL_FLAG(int, test_limit, 200, "eval: most test inputs (0: the whole test split)");
@@ -80,7 +81,9 @@ absl::StatusOr<std::vector<v1::Mode>> ParseModes(const std::string& value) {
     auto mode = ParseMode(std::string(part));
     if (!mode.ok() || *mode == v1::MODE_UNSPECIFIED) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--modes: '", std::string(part), "' is not structured, parallel or conventional"));
+          "--modes: '", std::string(part),
+          "' is not structured, parallel or conventional (decoder-only models), or saicl, fid, "
+          "ensemble or group_fid (encoder-decoder models)"));
     }
     modes.push_back(*mode);
   }
@@ -163,6 +166,7 @@ int RunEval(const CliContext& cli) {
     return ReportUsageError(cmd, "--test_limit must be >= 0");
   plan.test_limit = static_cast<size_t>(absl::GetFlag(FLAGS_test_limit));
   plan.group_length = absl::GetFlag(FLAGS_group_length);
+  plan.groups = absl::GetFlag(FLAGS_groups);
   plan.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
   if (auto v = absl::GetFlag(FLAGS_answer_template)) plan.answer_template = UnescapeFlagValue(*v);
   if (auto v = absl::GetFlag(FLAGS_separator)) plan.separator = UnescapeFlagValue(*v);

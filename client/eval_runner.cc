@@ -254,6 +254,34 @@ std::string ModeName(v1::Mode mode) {
   }
 }
 
+absl::Status CheckModesFitModel(const EvalPlan& plan, bool encoder_decoder,
+                                const std::string& model_type) {
+  for (v1::Mode mode : plan.modes) {
+    const bool t5_mode = mode == v1::MODE_SAICL || mode == v1::MODE_FID ||
+                         mode == v1::MODE_ENSEMBLE || mode == v1::MODE_GROUP_FID;
+    const bool decoder_only_mode = mode == v1::MODE_STRUCTURED || mode == v1::MODE_PARALLEL;
+    if (encoder_decoder && decoder_only_mode) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--modes: ", ModeName(mode),
+          " is structured prompting, which is decoder-only; the "
+          "server's model is ",
+          model_type,
+          " (encoder-decoder): use "
+          "--modes=conventional,saicl,fid,ensemble,group_fid (group_fid with --groups=G)"));
+    }
+    if (!encoder_decoder && t5_mode) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--modes: ", ModeName(mode), " is an encoder-decoder (T5) mode; the server's model is ",
+          model_type, " (decoder-only): use --modes=structured,parallel,conventional"));
+    }
+    if (mode == v1::MODE_GROUP_FID && plan.groups == 0) {
+      return absl::InvalidArgumentError(
+          "--modes: group_fid needs --groups=G (demonstration groups, capped at the shot count)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int64_t>> ResolveShots(const EvalPlan& plan, size_t train_size,
                                                   const std::string& dataset) {
   std::vector<int64_t> shots;
@@ -347,6 +375,7 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
   }
 
   auto stub = v1::ManyShot::NewStub(cli.channel);
+  bool encoder_decoder = false;
   {
     v1::ServerInfo info;
     auto call = cli.NewCall();
@@ -356,22 +385,30 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
                                 std::filesystem::path(info.model().path()).filename().string());
     report.random_weights = info.model().random_weights();
     report.context_length = info.model().context_length();
+    encoder_decoder = info.model().encoder_decoder();
+    if (absl::Status fits = CheckModesFitModel(plan, encoder_decoder, info.model().model_type());
+        !fits.ok()) {
+      return fits;
+    }
   }
 
   v1::TaskSpec spec;
   spec.set_input_template(dataset.input_template);
   for (const std::string& label : dataset.labels) spec.add_labels(label);
-  spec.set_group_length(plan.group_length);
   if (plan.answer_template.has_value()) spec.set_answer_template(*plan.answer_template);
   if (plan.separator.has_value()) spec.set_separator(*plan.separator);
   spec.set_max_query_tokens(plan.max_query_tokens != 0 ? plan.max_query_tokens
                                                        : dataset.max_query_tokens);
-  // Whole demonstrations per group, so that the first group holds exactly the demonstrations
-  // CONVENTIONAL's single window takes (docs/structured_prompting.md, "Groups", "CONVENTIONAL");
-  // a demonstration longer than a group keeps its end rather than failing the task.
-  spec.set_alignment(v1::ALIGNMENT_ATTENTION_MASK);
+  // A demonstration longer than a group (T5: a segment) keeps its end rather than failing the task.
   spec.set_long_demonstrations(v1::LONG_DEMONSTRATION_POLICY_TRUNCATE);
-  spec.set_mode(v1::MODE_STRUCTURED);
+  if (!encoder_decoder) {
+    spec.set_group_length(plan.group_length);
+    // Whole demonstrations per group, so that the first group holds exactly the demonstrations
+    // CONVENTIONAL's single window takes (docs/structured_prompting.md, "Groups",
+    // "CONVENTIONAL").
+    spec.set_alignment(v1::ALIGNMENT_ATTENTION_MASK);
+    spec.set_mode(v1::MODE_STRUCTURED);
+  }
 
   for (v1::Mode mode : plan.modes) {
     for (int64_t n : report.shots) {
@@ -397,26 +434,54 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
       if (watch.Cancelled()) return CancelledError();
       std::vector<v1::Demonstration> demonstrations;
       for (int64_t i = 0; i < n; ++i) demonstrations.push_back(dataset.train[sample[i]]);
-      EvalTask task(cli, absl::StrCat(prefix, "-n", n, "-seed", seed));
-      progress(absl::StrCat("sample ", s + 1, "/", report.seeds.size(), " (seed ", seed, "), ", n,
-                            " shots: encoding task ", task.id()));
-      auto created = task.Create(spec, demonstrations, &watch);
-      if (!created.ok()) return created.status();
-      if (created->state() != v1::TASK_STATE_READY) {
-        return absl::InternalError(
-            absl::StrCat("task ", task.id(), " is not ready: ", created->error()));
+      const std::string task_id = absl::StrCat(prefix, "-n", n, "-seed", seed);
+      auto create = [&](EvalTask& task,
+                        const v1::TaskSpec& task_spec) -> absl::StatusOr<v1::TaskStats> {
+        progress(absl::StrCat("sample ", s + 1, "/", report.seeds.size(), " (seed ", seed, "), ", n,
+                              " shots: encoding task ", task.id()));
+        auto created = task.Create(task_spec, demonstrations, &watch);
+        if (!created.ok()) return created.status();
+        if (created->state() != v1::TASK_STATE_READY) {
+          return absl::InternalError(
+              absl::StrCat("task ", task.id(), " is not ready: ", created->error()));
+        }
+        report.group_length = created->stats().group_length();
+        return created->stats();
+      };
+      // Decoder-only: one STRUCTURED task, the mode chosen per request. T5: the modes are
+      // task-level, so each mode gets its own task (created and deleted in turn).
+      std::optional<EvalTask> shared;
+      int64_t conventional_used = n;  // the demonstrations of the first group
+      if (!encoder_decoder) {
+        shared.emplace(cli, task_id);
+        auto stats = create(*shared, spec);
+        if (!stats.ok()) return stats.status();
+        if (stats->demonstrations_per_group_size() > 0) {
+          conventional_used = stats->demonstrations_per_group(0);
+        }
       }
-      const v1::TaskStats& stats = created->stats();
-      report.group_length = stats.group_length();
       for (size_t m = 0; m < plan.modes.size(); ++m) {
         const v1::Mode mode = plan.modes[m];
+        std::optional<EvalTask> own;
+        if (encoder_decoder) {
+          own.emplace(cli, absl::StrCat(task_id, "-", ModeName(mode)));
+          v1::TaskSpec t5_spec = spec;
+          t5_spec.set_mode(mode);
+          if (mode == v1::MODE_GROUP_FID) {
+            t5_spec.set_groups(static_cast<uint32_t>(std::min<int64_t>(plan.groups, n)));
+          }
+          if (auto stats = create(*own, t5_spec); !stats.ok()) return stats.status();
+        }
+        const EvalTask& task = encoder_decoder ? *own : *shared;
+        // A T5 task answers in its own mode; the request names none.
+        const v1::Mode request_mode = encoder_decoder ? v1::MODE_UNSPECIFIED : mode;
         size_t correct = 0;
         if (report.generation) {
-          auto answers = GenerateAll(cli, task.id(), inputs, mode, &watch);
+          auto answers = GenerateAll(cli, task.id(), inputs, request_mode, &watch);
           if (!answers.ok()) return answers.status();
           for (size_t i = 0; i < inputs.size(); ++i) correct += (*answers)[i] == gold_text[i];
         } else {
-          auto predicted = ClassifyAll(cli, task.id(), inputs, mode, plan.batch, &watch);
+          auto predicted = ClassifyAll(cli, task.id(), inputs, request_mode, plan.batch, &watch);
           if (!predicted.ok()) return predicted.status();
           for (size_t i = 0; i < inputs.size(); ++i) {
             correct += static_cast<int>((*predicted)[i]) == gold[i];
@@ -424,10 +489,10 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
         }
         EvalCell& cell = cell_of(m, k);
         cell.accuracy.push_back(static_cast<double>(correct) / static_cast<double>(inputs.size()));
-        cell.used.push_back(mode == v1::MODE_CONVENTIONAL &&
-                                    stats.demonstrations_per_group_size() > 0
-                                ? stats.demonstrations_per_group(0)
-                                : n);
+        // Decoder-only CONVENTIONAL reads the first group (one window); every other mode, and
+        // every T5 mode, reads all n.
+        cell.used.push_back(!encoder_decoder && mode == v1::MODE_CONVENTIONAL ? conventional_used
+                                                                              : n);
         progress(absl::StrFormat("sample %d/%d (seed %d), %d shots, %s: accuracy %.4f (%d/%d)",
                                  s + 1, report.seeds.size(), seed, n, ModeName(mode),
                                  cell.accuracy.back(), correct, inputs.size()));

@@ -7,6 +7,10 @@
 //     rescale factor M; PARALLEL: factor 1; CONVENTIONAL: the demonstrations that fit one window),
 //     accuracy = correct / inputs. Generation tasks (no label words) use Generate (greedy, up to
 //     the first line break) and exact match instead.
+// On an encoder-decoder (T5) server the modes are the SAICL paper's (CONVENTIONAL, SAICL, FID,
+// ENSEMBLE, GROUP_FID), which are task-level: each (sample, shots) gets one task per mode, holding
+// the same demonstrations. GetServerInfo decides which modes fit before any task is created:
+// STRUCTURED / PARALLEL on T5, or a T5 mode on a decoder-only model, is FAILED_PRECONDITION.
 // Accuracy is reported per (mode, shots) as the mean and the sample standard deviation over the
 // samples. The test split is the first `test_limit` examples of a permutation seeded with
 // first_seed, the same for every sample, shot count and mode.
@@ -44,6 +48,8 @@ struct EvalPlan {
   // (" {label}" and "\n\n").
   std::optional<std::string> answer_template;
   std::optional<std::string> separator;
+  // GROUP_FID's G (T5), capped at each task's shot count; required when modes has GROUP_FID.
+  uint32_t groups = 0;
   size_t batch = 16;        // inputs per StreamClassify request
   std::string task_prefix;  // unique task names start with it; empty: "eval-<pid>-<random>"
 };
@@ -97,6 +103,12 @@ void Summarize(const std::vector<double>& values, double* mean, double* std);
 
 // "structured", "parallel", "conventional", "saicl", "fid", "ensemble", "group_fid".
 std::string ModeName(v1::Mode mode);
+
+// OK when every mode runs on the server's architecture (`encoder_decoder`, model_type as
+// GetServerInfo reports them); FAILED_PRECONDITION naming the first mode that does not and the
+// modes that do. GROUP_FID without plan.groups is INVALID_ARGUMENT.
+absl::Status CheckModesFitModel(const EvalPlan& plan, bool encoder_decoder,
+                                const std::string& model_type);
 
 // Runs the plan. Every task it creates is deleted before it returns, also on errors and when
 // `*cancelled` becomes true (then CANCELLED). Errors from the server keep their gRPC code.

@@ -51,7 +51,8 @@ ABSL_FLAG(int, chunk, 1000, "create: demonstrations per CreateTask request messa
 ABSL_FLAG(std::string, mode, "",
           "structured|conventional|parallel (decoder-only), conventional|saicl|fid|ensemble|"
           "group_fid (encoder-decoder, create only) (create: the task's default)");
-ABSL_FLAG(uint32_t, groups, 0, "create: G, demonstration groups of group_fid / ensemble (T5)");
+ABSL_FLAG(uint32_t, groups, 0,
+          "create: G, demonstration groups of group_fid / ensemble (T5); eval: group_fid's G");
 ABSL_FLAG(uint32_t, segment_length, 0,
           "create: S, tokens per demonstration / test segment (T5; 0: min(256, longest))");
 ABSL_FLAG(double, rescale_factor, 0, "Rescale factor for structured mode (0: default M)");

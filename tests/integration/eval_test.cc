@@ -206,6 +206,19 @@ TEST_F(EvalTest, BadInputsAreUsageErrorsNamingTheProblem) {
   ExpectNoTasks({});
 }
 
+// The SAICL paper's modes need an encoder-decoder model: refused, naming the model, before any
+// task is created (tests/integration/t5_server_test.cc runs them on T5).
+TEST_F(EvalTest, T5ModesOnADecoderOnlyModelAreRefusedBeforeAnyTask) {
+  CommandResult run = Cli({"eval", "--preset=sst2_cbu", "--datasets_dir=" + Datasets(),
+                           "--modes=conventional,fid", "--shots=1", "--samples=1"});
+  EXPECT_EQ(run.exit_status, 1);
+  EXPECT_THAT(run.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(run.err, HasSubstr("fid is an encoder-decoder (T5) mode"));
+  EXPECT_THAT(run.err, HasSubstr("decoder-only"));
+  EXPECT_THAT(run.err, ::testing::Not(HasSubstr("encoding task")));
+  ExpectNoTasks({});
+}
+
 TEST_F(EvalTest, WithoutLabelWordsItScoresGreedyGenerationsByExactMatch) {
   const fs::path train = dir_->path() / "capitals.jsonl";
   {

@@ -1,11 +1,15 @@
 // The manyshot-server binary serving a T5 directory written by make-tiny-t5 (with a Unigram
 // tokenizer.json): the startup log, GetServerInfo and /metrics say encoder-decoder, and the CLI
 // creates, shows and queries a SAICL task and is refused a STRUCTURED one naming the mode and the
-// model type. (Scores against the engine: tests/server/t5_serving_test.cc.)
+// model type; `manyshot eval` runs the SAICL paper's modes on it. (Scores against the engine:
+// tests/server/t5_serving_test.cc.)
 #include <signal.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,6 +112,106 @@ TEST(T5ServerTest, ServesAT5DirectoryAsEncoderDecoderThroughTheCli) {
   // One line per input: LABEL<TAB>probability<TAB>input.
   EXPECT_NE(classified.out.find("\tgood\n"), std::string::npos) << classified.out;
   EXPECT_NE(classified.out.find("\tbad movie\n"), std::string::npos) << classified.out;
+
+  ASSERT_TRUE(server.process().Signal(SIGTERM));
+  auto exit_status = server.process().Wait(kExitLimit);
+  ASSERT_TRUE(exit_status.has_value());
+  EXPECT_EQ(*exit_status, 0) << server.Stderr();
+}
+
+// `manyshot eval` on a T5 server: SAICL and GROUP_FID (one task per mode) at 2 and 4 shots over 2
+// samples. A random model's accuracies are checked for shape, range and determinism only; every
+// task the run creates is gone afterwards; decoder-only modes are refused before any task.
+TEST(T5ServerTest, EvalRunsTheSaiclPaperModes) {
+  TempDir dir;
+  const fs::path model = dir.path() / "t5";
+  CommandResult made = RunCommand(
+      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
+      dir.path());
+  ASSERT_EQ(made.exit_status, 0) << made.err;
+  WriteUnigramTokenizer(model);
+  std::ofstream(dir.path() / "train.tsv")
+      << "text\tlabel\ngood movie\tpositive\ndull\tnegative\nfun\tpositive\nbad movie\tnegative\n"
+         "good fun\tpositive\ndull movie\tnegative\nfun movie\tpositive\nbad\tnegative\n";
+  std::ofstream(dir.path() / "test.tsv")
+      << "text\tlabel\ngood\tpositive\nbad dull\tnegative\nmovie fun\tpositive\ndull "
+         "bad\tnegative\n";
+
+  ServerUnderTest server(dir.path() / "data", {"--threads=1", "--model_dir=" + model.string()});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {CliBinary(), "--server=" + server.address()});
+    return RunCommand(args, dir.path(), std::chrono::seconds(120));
+  };
+  const std::vector<std::string> eval = {"--json",
+                                         "eval",
+                                         "--train_file=" + (dir.path() / "train.tsv").string(),
+                                         "--test_file=" + (dir.path() / "test.tsv").string(),
+                                         "--template={text}:",
+                                         "--labels=negative,positive",
+                                         "--shots=2,4",
+                                         "--samples=2"};
+  auto with_modes = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = eval;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli(args);
+  };
+
+  CommandResult first = with_modes({"--modes=saicl,group_fid", "--groups=3"});
+  ASSERT_EQ(first.exit_status, 0) << first.err;
+  const nlohmann::json report = nlohmann::json::parse(first.out);
+  EXPECT_EQ(report["modes"], (nlohmann::json{"saicl", "group_fid"}));
+  EXPECT_EQ(report["shots"], (nlohmann::json{2, 4}));
+  EXPECT_EQ(report["seeds"], (nlohmann::json{1, 2}));
+  EXPECT_EQ(report["dataset"]["test_examples"], 4);
+  ASSERT_EQ(report["results"].size(), 4u);
+  const std::vector<std::pair<std::string, int>> cells = {
+      {"saicl", 2}, {"saicl", 4}, {"group_fid", 2}, {"group_fid", 4}};
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const nlohmann::json& cell = report["results"][i];
+    EXPECT_EQ(cell["mode"], cells[i].first);
+    EXPECT_EQ(cell["shots"], cells[i].second);
+    // Every T5 mode reads all of the task's demonstrations.
+    EXPECT_EQ(cell["demonstrations_used"], (nlohmann::json{cells[i].second, cells[i].second}));
+    ASSERT_EQ(cell["accuracy"].size(), 2u);
+    for (const nlohmann::json& a : cell["accuracy"]) {
+      // Four test inputs: a multiple of 1/4 in [0, 1].
+      EXPECT_GE(a.get<double>(), 0.0);
+      EXPECT_LE(a.get<double>(), 1.0);
+      EXPECT_DOUBLE_EQ(a.get<double>() * 4, std::round(a.get<double>() * 4));
+    }
+    EXPECT_GE(cell["mean"].get<double>(), 0.0);
+    EXPECT_LE(cell["mean"].get<double>(), 1.0);
+  }
+  // One task per (sample, shots, mode), each named in the progress and deleted afterwards.
+  std::set<std::string> ids;
+  const std::regex task("encoding task (eval-[A-Za-z0-9_-]+)");
+  for (auto it = std::sregex_iterator(first.err.begin(), first.err.end(), task);
+       it != std::sregex_iterator(); ++it) {
+    ids.insert((*it)[1]);
+  }
+  EXPECT_EQ(ids.size(), 8u) << first.err;
+  CommandResult list = cli({"--json", "list"});
+  ASSERT_EQ(list.exit_status, 0) << list.err;
+  const nlohmann::json tasks = nlohmann::json::parse(list.out);
+  EXPECT_TRUE(!tasks.contains("tasks") || tasks["tasks"].empty()) << list.out;
+
+  // The same seeds give the same report.
+  CommandResult second = with_modes({"--modes=saicl,group_fid", "--groups=3"});
+  ASSERT_EQ(second.exit_status, 0) << second.err;
+  EXPECT_EQ(nlohmann::json::parse(second.out), report);
+
+  // Decoder-only modes, and GROUP_FID without G, are refused before any task is created.
+  CommandResult structured = with_modes({"--modes=saicl,structured"});
+  EXPECT_EQ(structured.exit_status, 1);
+  EXPECT_NE(structured.err.find("FAILED_PRECONDITION"), std::string::npos) << structured.err;
+  EXPECT_NE(structured.err.find("structured"), std::string::npos) << structured.err;
+  EXPECT_NE(structured.err.find("t5"), std::string::npos) << structured.err;
+  EXPECT_EQ(structured.err.find("encoding task"), std::string::npos) << structured.err;
+  CommandResult no_groups = with_modes({"--modes=group_fid"});
+  EXPECT_EQ(no_groups.exit_status, 1);
+  EXPECT_NE(no_groups.err.find("--groups"), std::string::npos) << no_groups.err;
+  EXPECT_EQ(no_groups.err.find("encoding task"), std::string::npos) << no_groups.err;
 
   ASSERT_TRUE(server.process().Signal(SIGTERM));
   auto exit_status = server.process().Wait(kExitLimit);
