@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/t5/block_attention.h"
+#include "engine/t5/t5_generation.h"
 
 namespace manyshot {
 namespace {
@@ -300,18 +301,33 @@ absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Prompts(
   return mean;
 }
 
+namespace {
+
+// ENSEMBLE averages per-prompt scores: there is no one decoder input to generate from.
+absl::Status CheckOneDecoderInput(const T5PromptEncoding& encoding) {
+  if (encoding.decoder.inputs() == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(T5PromptModeName(encoding.mode),
+                   " runs the decoder per prompt and only scores candidates; generate with "
+                   "SAICL, FID, GROUP_FID or CONVENTIONAL"));
+}
+
+}  // namespace
+
 absl::StatusOr<T5Generation> GenerateT5Prompts(const T5Model& model,
                                                const T5PromptEncoding& encoding,
                                                int64_t max_new_tokens) {
-  if (encoding.decoder.inputs() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(T5PromptModeName(encoding.mode),
-                     " runs the decoder per prompt and only scores candidates; generate with "
-                     "SAICL, FID, GROUP_FID or CONVENTIONAL"));
-  }
+  if (absl::Status s = CheckOneDecoderInput(encoding); !s.ok()) return s;
   auto generated = GenerateT5Greedy(model, encoding.decoder, max_new_tokens);
   if (!generated.ok()) return generated.status();
   return std::move(generated->front());
+}
+
+absl::StatusOr<GenerationOutput> GenerateT5Prompts(const T5Model& model,
+                                                   const T5PromptEncoding& encoding,
+                                                   const GenerationParams& params) {
+  if (absl::Status s = CheckOneDecoderInput(encoding); !s.ok()) return s;
+  return GenerateT5(model, encoding.decoder, 0, params);
 }
 
 }  // namespace manyshot

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/prompting/generation.h"
 #include "engine/prompting/groups.h"
 #include "engine/t5/t5_model.h"
 #include "engine/t5/t5_scoring.h"
@@ -144,5 +145,11 @@ absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Prompts(
 absl::StatusOr<T5Generation> GenerateT5Prompts(const T5Model& model,
                                                const T5PromptEncoding& encoding,
                                                int64_t max_new_tokens);
+
+// GenerateT5 (greedy or beam search, length penalty, eos, stop strings) from the decoder reading
+// `encoding.decoder`; the same INVALID_ARGUMENT for ENSEMBLE.
+absl::StatusOr<GenerationOutput> GenerateT5Prompts(const T5Model& model,
+                                                   const T5PromptEncoding& encoding,
+                                                   const GenerationParams& params);
 
 }  // namespace manyshot

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "engine/t5/t5_generation.h"
 
 namespace manyshot {
 namespace {
@@ -280,13 +279,6 @@ absl::StatusOr<GenerationOutput> T5Task::Generate(const EncodedContext*, const E
   if (params.cancelled && params.cancelled()) return absl::CancelledError("generation cancelled");
   auto encoding = EncodeT5Prompts(model_, demonstrations_, *mode, *query);
   if (!encoding.ok()) return encoding.status();
-  // ENSEMBLE averages per-prompt scores; there is no one decoder input to search from.
-  if (encoding->decoder.inputs() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(T5PromptModeName(encoding->mode),
-                     " runs the decoder per prompt and only scores candidates; generate with "
-                     "SAICL, FID, GROUP_FID or CONVENTIONAL"));
-  }
   if (!params.decode) {
     params.decode = [this](const std::vector<int32_t>& ids) {
       auto text = tokenizer_.Decode(ids);
@@ -294,8 +286,9 @@ absl::StatusOr<GenerationOutput> T5Task::Generate(const EncodedContext*, const E
     };
   }
   // The decoder-only search (greedy or beam, length penalty, stop strings; on_token as each
-  // greedy token is chosen), its sums and scores counted as for decoder-only tasks.
-  return GenerateT5(model_, encoding->decoder, 0, params);
+  // greedy token is chosen), its sums and scores counted as for decoder-only tasks; ENSEMBLE is
+  // refused (no single decoder input).
+  return GenerateT5Prompts(model_, *encoding, params);
 }
 
 }  // namespace manyshot

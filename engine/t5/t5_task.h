@@ -72,10 +72,10 @@ class T5Task : public ServedTask {
   absl::StatusOr<std::vector<ChoiceResult>> ScoreChoicesPrepared(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
       const QueryOverrides& overrides) override;
-  // GenerateT5 from the mode's decoder input: greedy (on_token gets each token with its
-  // log-probability as it is chosen) or beam search, with stop strings (decoded with the task's
-  // tokenizer unless params.decode is set). params.eos_id must be the tokenizer's eos. ENSEMBLE
-  // has no single decoder input: INVALID_ARGUMENT naming it.
+  // GenerateT5Prompts (GenerateT5 on the mode's decoder input): greedy (on_token gets each token
+  // with its log-probability as it is chosen) or beam search, with stop strings (decoded with the
+  // task's tokenizer unless params.decode is set). params.eos_id must be the tokenizer's eos.
+  // ENSEMBLE has no single decoder input: INVALID_ARGUMENT naming it.
   absl::StatusOr<GenerationOutput> Generate(const EncodedContext* context, const Example& input,
                                             GenerationParams params,
                                             const QueryOverrides& overrides) override;

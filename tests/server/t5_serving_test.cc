@@ -592,16 +592,21 @@ TEST_P(T5ServingTest, BeamSearchAndStopStringsGenerateAsGenerateT5) {
     beam.length_penalty = 0.6;
     beam.max_new_tokens = kMaxNew;
     beam.eos_id = 1;
+    GenerationParams greedy = beam;
+    greedy.beam_search = false;
+    int beam_beats_greedy = 0;
     for (const std::string& input : kInputs) {
       SCOPED_TRACE(input);
+      const GenerationOutput expected = engine.Generate(*task, input, beam);
       ExpectGenerationEquals(GenerateThroughServer(*server.stub, id, input, beam_options),
-                             engine.Generate(*task, input, beam));
+                             expected);
+      beam_beats_greedy += expected.tokens != engine.Generate(*task, input, greedy).tokens;
     }
+    // Else a server that ignored the strategy would pass too.
+    EXPECT_GT(beam_beats_greedy, 0) << "beam search chose greedy's output for every input";
 
     // A stop string: the text of the greedy output's shortest non-empty prefix that is not the
     // whole output. Generation ends right there, the stop string cut from the text.
-    GenerationParams greedy = beam;
-    greedy.beam_search = false;
     bool stopped_one = false;
     for (const std::string& input : kInputs) {
       SCOPED_TRACE(input);
