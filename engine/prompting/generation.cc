@@ -38,4 +38,12 @@ absl::StatusOr<GenerationOutput> Generate(QueryState start, const GenerationPara
   return SearchTokens(std::move(start), params);
 }
 
+void DecodeStopStringsWith(const Tokenizer& tokenizer, GenerationParams& params) {
+  if (params.decode) return;
+  params.decode = [&tokenizer](const std::vector<int32_t>& ids) {
+    auto text = tokenizer.Decode(ids);
+    return text.ok() ? *text : std::string();
+  };
+}
+
 }  // namespace manyshot

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/prompting/query_runner.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace manyshot {
 
@@ -41,5 +42,9 @@ struct GenerationOutput {
 };
 
 absl::StatusOr<GenerationOutput> Generate(QueryState start, const GenerationParams& params);
+
+// Sets params.decode, when unset, to `tokenizer`'s Decode (a sequence it cannot decode reads as
+// ""): the text stop strings are matched against. `tokenizer` must outlive the search.
+void DecodeStopStringsWith(const Tokenizer& tokenizer, GenerationParams& params);
 
 }  // namespace manyshot

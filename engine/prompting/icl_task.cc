@@ -415,12 +415,7 @@ absl::StatusOr<GenerationOutput> IclTask::Generate(const EncodedContext* context
   if (!resolved.ok()) return resolved.status();
   auto state = QueryState::Start(model_, resolved->first.get(), resolved->second, bos_id_, *query);
   if (!state.ok()) return state.status();
-  if (!params.decode) {
-    params.decode = [this](const std::vector<int32_t>& ids) {
-      auto text = tokenizer_.Decode(ids);
-      return text.ok() ? *text : std::string();
-    };
-  }
+  DecodeStopStringsWith(tokenizer_, params);
   return manyshot::Generate(*std::move(state), params);
 }
 

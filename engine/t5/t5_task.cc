@@ -279,12 +279,7 @@ absl::StatusOr<GenerationOutput> T5Task::Generate(const EncodedContext*, const E
   if (params.cancelled && params.cancelled()) return absl::CancelledError("generation cancelled");
   auto encoding = EncodeT5Prompts(model_, demonstrations_, *mode, *query);
   if (!encoding.ok()) return encoding.status();
-  if (!params.decode) {
-    params.decode = [this](const std::vector<int32_t>& ids) {
-      auto text = tokenizer_.Decode(ids);
-      return text.ok() ? *text : std::string();
-    };
-  }
+  DecodeStopStringsWith(tokenizer_, params);
   // The decoder-only search (greedy or beam, length penalty, stop strings; on_token as each
   // greedy token is chosen), its sums and scores counted as for decoder-only tasks; ENSEMBLE is
   // refused (no single decoder input).
