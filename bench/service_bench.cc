@@ -153,6 +153,23 @@ int RunServiceBench(const BenchOptions& options) {
   report.Add("requests_per_client", requests);
   report.Add("shots", static_cast<double>(kShots));
   report.Add("group_length", kGroupLength);
+  // What each side of the overhead ratio does, so a reader of --json knows what it divides.
+  report.AddText("grpc_batching",
+                 absl::StrCat(kClients,
+                              " clients each with one Classify call of --batch inputs in "
+                              "flight; the server's scheduler forms engine batches (default "
+                              "--max_batch_size ",
+                              kEngineBatch,
+                              ", --batch_window_ms 2); "
+                              "rendering and tokenizing run on its preparation pool"));
+  report.AddText(
+      "in_process_batching",
+      absl::StrCat("the same model, task and inputs in this process: IclTask::Classify "
+                   "(render and tokenize, then compute on --threads engine threads) in "
+                   "engine batches of ",
+                   kEngineBatch,
+                   " (overhead_ratio) or of the server's mean engine batch from /metrics "
+                   "(overhead_ratio_same_batching)"));
 
   // 1. Through gRPC.
   auto started = StartBenchServer(binary, tmp, options.threads);
@@ -287,6 +304,14 @@ int RunServiceBench(const BenchOptions& options) {
                    target + ")");
     report.Add(p + "overhead_ratio_same_batching", Percentile(same_ratios, 0.5),
                "x (in-process in the server's batch sizes / gRPC, median of per-round ratios)");
+    // Every round's figures, so the spread (the machine's drift between back-to-back runs) is
+    // visible beside the medians: when the server's mean batch is 32, both references do the
+    // same work and differ only by that drift.
+    report.AddJson(p + "rounds", {{"grpc_queries_per_second", grpc_qps},
+                                  {"in_process_queries_per_second", full_qps},
+                                  {"in_process_same_batching_queries_per_second", same_qps},
+                                  {"grpc_mean_engine_batch", engine},
+                                  {"grpc_latency_p99_ms", p99s}});
   }
   if (!stop_server() && error.empty()) error = "the server did not exit 0 after SIGTERM";
   if (!error.empty()) return Fail(error);
