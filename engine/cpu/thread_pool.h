@@ -39,7 +39,7 @@ class ThreadPool {
   const std::function<void(int)>* job_ = nullptr;
   uint64_t generation_ = 0;
   std::atomic<uint64_t> published_{0};
-  int pending_ = 0;
+  std::atomic<int> pending_{0};  // workers still running the current job
   bool stop_ = false;
   std::atomic<bool> busy_{false};
 };
