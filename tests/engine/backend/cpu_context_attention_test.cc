@@ -102,6 +102,8 @@ TEST(CpuContextAttentionTest, MatchesExactAttentionForEveryKvDtypeShapeAndBatch)
     cases.push_back({8, 2, 128, 300, {3, 4}, kv});
     cases.push_back({2, 1, 16, 257, {40}, kv});
     cases.push_back({4, 2, 40, 200, {7}, kv});  // not a multiple of 16: the sgemm path
+    // Queries of 1 to 5 rows and 35 (32 + 3): every remainder after the P·V passes of 6 rows.
+    cases.push_back({4, 4, 64, 300, {1, 2, 3, 4, 5, 35}, kv});
   }
   for (const Case& c : cases) CheckCase(backend, rng, c);
 }
