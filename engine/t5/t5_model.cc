@@ -213,6 +213,32 @@ void T5Model::FeedForward(const Block& w, const Tensor& x, const Tensor& h, cons
   b.Add(x, h);
 }
 
+absl::StatusOr<T5Model::Rows> T5Model::EmbedRows(const std::vector<int32_t>& ids) const {
+  const T5Config& c = config_;
+  Backend& b = *backend_;
+  const DType dt = compute_dtype_;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads, dkv = c.d_kv;
+  const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
+  Rows r;
+  auto status = AllocateAll(b, {{&r.x, dt, {T, d}},
+                                {&r.h, dt, {T, d}},
+                                {&r.qkv, dt, {T, 3 * inner}},
+                                {&r.q, dt, {T, heads, dkv}},
+                                {&r.k, dt, {T, heads, dkv}},
+                                {&r.v, dt, {T, heads, dkv}},
+                                {&r.attn, dt, {T, heads, dkv}},
+                                {&r.lse, DType::kF32, {T, heads}},
+                                {&r.up, dt, {T, gated ? 2 * c.d_ff : c.d_ff}},
+                                {&r.ids, DType::kI32, {T}}});
+  if (!status.ok()) return status;
+  r.act = r.up;
+  if (gated) T5_ASSIGN(r.act, b.Allocate(dt, {T, c.d_ff}));
+  b.CopyFromHost(ids.data(), r.ids);
+  b.Embedding(r.ids, embed_, r.x, /*accumulate=*/false);
+  return r;
+}
+
 absl::StatusOr<T5EncoderOutput> T5Model::Encode(
     absl::Span<const std::vector<int32_t>> inputs) const {
   return Encode(inputs, T5EncodeOptions{});
@@ -277,24 +303,11 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int
   Backend& b = *backend_;
   const DType dt = compute_dtype_;
   const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads, dkv = c.d_kv;
-  const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
-  Tensor x, h, qkv, q, k, v, attn, lse, up, act, id_t;
-  auto status = AllocateAll(b, {{&x, dt, {T, d}},
-                                {&h, dt, {T, d}},
-                                {&qkv, dt, {T, 3 * inner}},
-                                {&q, dt, {T, heads, dkv}},
-                                {&k, dt, {T, heads, dkv}},
-                                {&v, dt, {T, heads, dkv}},
-                                {&attn, dt, {T, heads, dkv}},
-                                {&lse, DType::kF32, {T, heads}},
-                                {&up, dt, {T, gated ? 2 * c.d_ff : c.d_ff}},
-                                {&id_t, DType::kI32, {T}},
-                                {&out.states, dt, {T, d}}});
-  if (!status.ok()) return status;
-  act = up;
-  if (gated) T5_ASSIGN(act, b.Allocate(dt, {T, c.d_ff}));
-  b.CopyFromHost(ids.data(), id_t);
-  b.Embedding(id_t, embed_, x, /*accumulate=*/false);
+  auto rows = EmbedRows(ids);
+  if (!rows.ok()) return rows.status();
+  auto& [x, h, qkv, q, k, v, attn, lse, up, act, id_t] = *rows;
+  T5_ASSIGN(out.states, b.Allocate(dt, {T, d}));
+  absl::Status status;
 
   // Bidirectional position bias, one per distinct input length (it depends on nothing else).
   const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,
@@ -392,24 +405,11 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
 
   Backend& b = *backend_;
   const DType dt = compute_dtype_;
-  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads, dkv = c.d_kv;
-  const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
-  Tensor x, h, qkv, q, k, v, attn, lse, up, act, id_t;
-  auto status = AllocateAll(b, {{&x, dt, {T, d}},
-                                {&h, dt, {T, d}},
-                                {&qkv, dt, {T, 3 * inner}},
-                                {&q, dt, {T, heads, dkv}},
-                                {&k, dt, {T, heads, dkv}},
-                                {&v, dt, {T, heads, dkv}},
-                                {&attn, dt, {T, heads, dkv}},
-                                {&lse, DType::kF32, {T, heads}},
-                                {&up, dt, {T, gated ? 2 * c.d_ff : c.d_ff}},
-                                {&id_t, DType::kI32, {T}}});
-  if (!status.ok()) return status;
-  act = up;
-  if (gated) T5_ASSIGN(act, b.Allocate(dt, {T, c.d_ff}));
-  b.CopyFromHost(ids.data(), id_t);
-  b.Embedding(id_t, embed_, x, /*accumulate=*/false);
+  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads;
+  auto rows = EmbedRows(ids);
+  if (!rows.ok()) return rows.status();
+  auto& [x, h, qkv, q, k, v, attn, lse, up, act, id_t] = *rows;
+  absl::Status status;
 
   // Causal relative position bias of each sequence's new rows against all its keys so far.
   const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,

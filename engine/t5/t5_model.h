@@ -115,6 +115,11 @@ class T5Model {
   absl::Status LoadWeights(const std::filesystem::path& model_dir);
   // The feed-forward sublayer (T5 LayerNorm, relu or gated-gelu MLP, residual add) of a block of
   // either stack.
+  // One pass's activation buffers (both stacks use the same shapes), the token embeddings in x.
+  struct Rows {
+    Tensor x, h, qkv, q, k, v, attn, lse, up, act, ids;
+  };
+  absl::StatusOr<Rows> EmbedRows(const std::vector<int32_t>& ids) const;
   void FeedForward(const Block& w, const Tensor& x, const Tensor& h, const Tensor& up,
                    const Tensor& act) const;
 
