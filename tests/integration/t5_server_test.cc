@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/support/unigram_tokenizer_json.h"
 #include "tests/integration/server_under_test.h"
 
 namespace manyshot::testing {
@@ -34,21 +35,7 @@ void WriteUnigramTokenizer(const fs::path& dir) {
   for (const char* w : {"good", "bad", "movie", "fun", "dull", "positive", "negative"}) {
     vocab.push_back({std::string("\u2581") + w, -1.0});
   }
-  const nlohmann::json tokenizer = {
-      {"added_tokens",
-       {{{"id", 0}, {"content", "<pad>"}, {"special", true}},
-        {{"id", 1}, {"content", "</s>"}, {"special", true}},
-        {{"id", 2}, {"content", "<unk>"}, {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "WhitespaceSplit"}},
-          {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}}}}},
-      {"decoder", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
-      {"model", {{"type", "Unigram"}, {"unk_id", 2}, {"byte_fallback", false}, {"vocab", vocab}}}};
-  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  WriteUnigramTokenizerJson(dir, vocab, R"({"eos_token": "</s>"})");
 }
 
 TEST(T5ServerTest, ServesAT5DirectoryAsEncoderDecoderThroughTheCli) {

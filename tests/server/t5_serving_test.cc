@@ -29,6 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "server/server_app.h"
 #include "server/t5_task_spec.h"
+#include "tests/engine/support/unigram_tokenizer_json.h"
 
 namespace manyshot::server {
 namespace {
@@ -75,22 +76,8 @@ void WriteUnigramTokenizer(const fs::path& dir) {
   for (int i = 0; vocab.size() < 512; ++i) {
     vocab.push_back({"\u2581q" + std::to_string(i), -10.0});
   }
-  const nlohmann::json tokenizer = {
-      {"added_tokens",
-       {{{"id", 0}, {"content", "<pad>"}, {"special", true}},
-        {{"id", 1}, {"content", "</s>"}, {"special", true}},
-        {{"id", 2}, {"content", "<unk>"}, {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "WhitespaceSplit"}},
-          {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}}}}},
-      {"decoder", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
-      {"model", {{"type", "Unigram"}, {"unk_id", 2}, {"byte_fallback", false}, {"vocab", vocab}}}};
-  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-  std::ofstream(dir / "tokenizer_config.json")
-      << R"({"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})";
+  manyshot::testing::WriteUnigramTokenizerJson(
+      dir, vocab, R"({"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})");
 }
 
 // The two configs of tests/golden/t5_v1_0.json and t5_v1_1.json.
