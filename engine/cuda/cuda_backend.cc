@@ -1,6 +1,7 @@
 // The CUDA backend: stream-ordered pool memory, cuBLASLt GEMMs and the kernels of
-// elementwise_kernels.cu and attention_kernels.cu, with one stream per host thread (see
-// engine/core/backend.h, "Concurrency", and cuda_backend_impl.h).
+// elementwise_kernels.cu and attention_kernels.cu (ALiBi attention and AttendBiased: the kernel of
+// biased_attention_kernels.cu, from cuda_biased_attention.cc), with one stream per host thread
+// (see engine/core/backend.h, "Concurrency", and cuda_backend_impl.h).
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -689,10 +690,6 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
                                  const AttentionContext* context, float scale,
                                  const AttentionState& out) {
   const char* op = context == nullptr ? "AttendOwn" : "AttendContext";
-  if (!sequences.empty() && sequences.front().alibi_slopes != nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("cuda ", op, ": ALiBi attention (BLOOM) is not implemented on this backend"));
-  }
   const int64_t tokens = q.dim(0);
   const int64_t heads = q.dim(1);
   const int64_t head_dim = q.dim(2);
@@ -723,6 +720,9 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
+  }
+  if (!sequences.empty() && sequences.front().alibi_slopes != nullptr) {
+    return AttendAlibi(q, sequences, context, scale, out, state->stream);
   }
 
   // ~5 KiB of descriptors: on the heap rather than the caller's stack.

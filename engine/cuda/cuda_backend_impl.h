@@ -181,6 +181,7 @@ class CudaBackend final : public Backend {
   // cuda_t5_ops.cc
   absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;
   absl::Status ReluImpl(const Tensor& x) override;
+  // cuda_biased_attention.cc
   absl::Status AttendBiasedImpl(const Tensor& q,
                                 absl::Span<const BiasedAttentionSequence> sequences, float scale,
                                 const AttentionState& out) override;
@@ -199,6 +200,11 @@ class CudaBackend final : public Backend {
   // Own (context == nullptr) or context attention, in launches of at most kMaxAttnSequences.
   absl::Status Attend(const Tensor& q, absl::Span<const AttentionSequence> sequences,
                       const AttentionContext* context, float scale, const AttentionState& out);
+  // ALiBi attention (the sequences carry slopes), own or context, on the biased-attention kernel
+  // (cuda_biased_attention.cc). Attend has checked the shapes and handled an empty context.
+  absl::Status AttendAlibi(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                           const AttentionContext* context, float scale, const AttentionState& out,
+                           cudaStream_t stream);
 
   std::shared_ptr<cuda_internal::DeviceContext> context_;
   std::string description_;

@@ -1,9 +1,6 @@
 // The ops T5 added to the backend seam on CUDA: GeGlu and Relu run the elementwise kernels
-// (elementwise_kernels.cu); AttendBiased is not implemented on the GPU yet and returns
-// UNIMPLEMENTED naming the op, so a model that needs it fails with a clear status at its first
-// forward pass instead of computing something wrong. The CPU backend
-// (engine/cpu/cpu_biased_attention.cc) is the reference for it.
-#include "absl/strings/str_cat.h"
+// (elementwise_kernels.cu). The third, AttendBiased, is in cuda_biased_attention.cc (the kernel of
+// biased_attention_kernels.cu, which ALiBi attention shares).
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/cuda/elementwise_kernels.h"
 
@@ -24,13 +21,6 @@ absl::Status CudaBackend::ReluImpl(const Tensor& x) {
   if (!state.ok()) return state.status();
   return CudaCheck("Relu",
                    cuda::LaunchRelu(x.raw(), ElemTypeOf(x.dtype()), x.numel(), (*state)->stream));
-}
-
-absl::Status CudaBackend::AttendBiasedImpl(const Tensor&, absl::Span<const BiasedAttentionSequence>,
-                                           float, const AttentionState&) {
-  return absl::UnimplementedError(
-      "cuda AttendBiased: attention with an additive bias (T5's relative positions) is not "
-      "implemented on the CUDA backend yet; run T5 models on the CPU backend (--backend=cpu)");
 }
 
 }  // namespace manyshot
