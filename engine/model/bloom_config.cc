@@ -5,6 +5,7 @@
 // pretraining_tp and slow_but_exact only choose how a tensor-parallel matmul is summed in HF: the
 // exact result is what we compute.
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 #include "engine/model/family_configs.h"
 
 namespace manyshot {
@@ -13,17 +14,19 @@ using config_keys::KeyReader;
 
 absl::Status ParseBloomConfig(const KeyReader& r, ModelConfig& c) {
   c.architecture = Architecture::kBloom;
-  MS_ASSIGN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
   // Older configs name the width n_embed (BloomConfig reads it in place of hidden_size).
-  MS_ASSIGN(c.hidden_size, r.PositiveInt(r.Has("n_embed") ? "n_embed" : "hidden_size"));
-  MS_ASSIGN(c.num_layers, r.PositiveInt("n_layer"));
-  MS_ASSIGN(c.num_heads, r.PositiveInt("n_head"));
-  MS_ASSIGN(c.max_position_embeddings, r.OptionalPositiveInt("seq_length", 2048));
+  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size,
+                            r.PositiveInt(r.Has("n_embed") ? "n_embed" : "hidden_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("n_layer"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("n_head"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.max_position_embeddings, r.OptionalPositiveInt("seq_length", 2048));
   double eps = 0;
-  MS_ASSIGN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-5));
+  MANYSHOT_ASSIGN_OR_RETURN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-5));
   c.norm_eps = static_cast<float>(eps);
   bool residual_after_norm = false;
-  MS_ASSIGN(residual_after_norm, r.Bool("apply_residual_connection_post_layernorm", false));
+  MANYSHOT_ASSIGN_OR_RETURN(residual_after_norm,
+                            r.Bool("apply_residual_connection_post_layernorm", false));
   if (residual_after_norm) {
     return r.Error("apply_residual_connection_post_layernorm",
                    "is true; only false (the residual is the block's input, as in every released "
@@ -36,12 +39,12 @@ absl::Status ParseBloomConfig(const KeyReader& r, ModelConfig& c) {
   c.intermediate_size = 4 * c.hidden_size;  // BloomMLP: dense_h_to_4h
   c.num_kv_heads = c.num_heads;
   c.head_dim = c.hidden_size / c.num_heads;
-  MS_ASSIGN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", true));
+  MANYSHOT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", true));
   c.attention_bias = c.attention_out_bias = c.mlp_bias = true;
   c.rope_theta = 0;
   c.hidden_act = "bloom_gelu";
-  MS_ASSIGN(c.bos_token_id, r.TokenId("bos_token_id"));
-  MS_ASSIGN(c.eos_token_id, r.TokenId("eos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.eos_token_id, r.TokenId("eos_token_id"));
   return absl::OkStatus();
 }
 

@@ -126,11 +126,3 @@ class KeyReader {
 };
 
 }  // namespace manyshot::config_keys
-
-// lhs = *expr, or return expr's status.
-#define MS_ASSIGN(lhs, expr)                \
-  do {                                      \
-    auto _ms_v = (expr);                    \
-    if (!_ms_v.ok()) return _ms_v.status(); \
-    lhs = *std::move(_ms_v);                \
-  } while (0)

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 #include "engine/model/config_keys.h"
 #include "engine/model/family_configs.h"
 #include "nlohmann/json.hpp"
@@ -33,19 +34,20 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
         absl::StrCat(r.file(), ": key \"rope_scaling\" is set; RoPE scaling is not supported"));
   }
   c.architecture = Architecture::kLlama;
-  MS_ASSIGN(c.vocab_size, r.PositiveInt("vocab_size"));
-  MS_ASSIGN(c.hidden_size, r.PositiveInt("hidden_size"));
-  MS_ASSIGN(c.intermediate_size, r.PositiveInt("intermediate_size"));
-  MS_ASSIGN(c.num_layers, r.PositiveInt("num_hidden_layers"));
-  MS_ASSIGN(c.num_heads, r.PositiveInt("num_attention_heads"));
-  MS_ASSIGN(c.num_kv_heads, r.OptionalPositiveInt("num_key_value_heads", c.num_heads));
-  MS_ASSIGN(c.max_position_embeddings, r.PositiveInt("max_position_embeddings"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_kv_heads,
+                            r.OptionalPositiveInt("num_key_value_heads", c.num_heads));
+  MANYSHOT_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveInt("max_position_embeddings"));
   double eps = 0, theta = 0;
-  MS_ASSIGN(eps, r.PositiveNumber("rms_norm_eps", std::nullopt));
-  MS_ASSIGN(theta, r.PositiveNumber("rope_theta", 10000.0));
+  MANYSHOT_ASSIGN_OR_RETURN(eps, r.PositiveNumber("rms_norm_eps", std::nullopt));
+  MANYSHOT_ASSIGN_OR_RETURN(theta, r.PositiveNumber("rope_theta", 10000.0));
   c.norm_eps = static_cast<float>(eps);
   c.rope_theta = static_cast<float>(theta);
-  MS_ASSIGN(c.hidden_act, r.String("hidden_act", std::string("silu")));
+  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_act, r.String("hidden_act", std::string("silu")));
   if (c.hidden_act != "silu")
     return r.Error("hidden_act", "must be \"silu\", got \"" + c.hidden_act + "\"");
 
@@ -54,7 +56,7 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
     return r.Error("num_key_value_heads", "must divide num_attention_heads");
   }
   if (r.Has("head_dim")) {
-    MS_ASSIGN(c.head_dim, r.PositiveInt("head_dim"));
+    MANYSHOT_ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt("head_dim"));
   } else {
     if (c.hidden_size % c.num_heads != 0) {
       return r.Error("num_attention_heads", "must divide hidden_size");
@@ -69,33 +71,34 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
     c.attention_bias = true;
     c.attention_out_bias = false;
     c.mlp_bias = false;
-    MS_ASSIGN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+    MANYSHOT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   } else {
     bool bias = false;
-    MS_ASSIGN(bias, r.Bool("attention_bias", false));
+    MANYSHOT_ASSIGN_OR_RETURN(bias, r.Bool("attention_bias", false));
     c.attention_bias = bias;
     c.attention_out_bias = bias;
-    MS_ASSIGN(c.mlp_bias, r.Bool("mlp_bias", false));
-    MS_ASSIGN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+    MANYSHOT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+    MANYSHOT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   }
-  MS_ASSIGN(c.bos_token_id, r.TokenId("bos_token_id"));
-  MS_ASSIGN(c.eos_token_id, r.TokenId("eos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.eos_token_id, r.TokenId("eos_token_id"));
   return absl::OkStatus();
 }
 
 absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
   c.architecture = Architecture::kGpt2;
-  MS_ASSIGN(c.vocab_size, r.PositiveInt("vocab_size"));
-  MS_ASSIGN(c.hidden_size, r.PositiveInt("n_embd"));
-  MS_ASSIGN(c.num_layers, r.PositiveInt("n_layer"));
-  MS_ASSIGN(c.num_heads, r.PositiveInt("n_head"));
-  MS_ASSIGN(c.max_position_embeddings, r.PositiveInt("n_positions"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("n_embd"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("n_layer"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("n_head"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveInt("n_positions"));
   if (c.hidden_size > (int64_t{1} << 40)) return r.Error("n_embd", "is too large");
-  MS_ASSIGN(c.intermediate_size, r.OptionalPositiveInt("n_inner", 4 * c.hidden_size));
+  MANYSHOT_ASSIGN_OR_RETURN(c.intermediate_size,
+                            r.OptionalPositiveInt("n_inner", 4 * c.hidden_size));
   double eps = 0;
-  MS_ASSIGN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-5));
+  MANYSHOT_ASSIGN_OR_RETURN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-5));
   c.norm_eps = static_cast<float>(eps);
-  MS_ASSIGN(c.hidden_act, r.String("activation_function", std::string("gelu_new")));
+  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_act, r.String("activation_function", std::string("gelu_new")));
   if (c.hidden_act != "gelu_new") {
     return r.Error("activation_function", "must be \"gelu_new\", got \"" + c.hidden_act + "\"");
   }
@@ -109,8 +112,8 @@ absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
   c.attention_out_bias = true;
   c.mlp_bias = true;
   c.rope_theta = 0;
-  MS_ASSIGN(c.bos_token_id, r.TokenId("bos_token_id"));
-  MS_ASSIGN(c.eos_token_id, r.TokenId("eos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.eos_token_id, r.TokenId("eos_token_id"));
   return absl::OkStatus();
 }
 
@@ -119,11 +122,11 @@ absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
   Json j;
-  MS_ASSIGN(j, config_keys::ReadJsonObject(config_json));
+  MANYSHOT_ASSIGN_OR_RETURN(j, config_keys::ReadJsonObject(config_json));
   KeyReader r(j, file);
   ModelConfig c;
-  MS_ASSIGN(c.model_type, r.String("model_type", std::nullopt));
-  MS_ASSIGN(c.torch_dtype, r.String("torch_dtype", std::string("float32")));
+  MANYSHOT_ASSIGN_OR_RETURN(c.model_type, r.String("model_type", std::nullopt));
+  MANYSHOT_ASSIGN_OR_RETURN(c.torch_dtype, r.String("torch_dtype", std::string("float32")));
   absl::Status s;
   if (c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2") {
     s = ParseLlamaFamily(r, c);

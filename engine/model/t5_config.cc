@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 #include "engine/model/config_keys.h"
 
 namespace manyshot {
@@ -15,17 +16,18 @@ using config_keys::Json;
 using config_keys::KeyReader;
 
 absl::Status ParseT5(const KeyReader& r, T5Config& c) {
-  MS_ASSIGN(c.vocab_size, r.PositiveInt("vocab_size"));
-  MS_ASSIGN(c.d_model, r.PositiveInt("d_model"));
-  MS_ASSIGN(c.d_kv, r.PositiveInt("d_kv"));
-  MS_ASSIGN(c.d_ff, r.PositiveInt("d_ff"));
-  MS_ASSIGN(c.num_layers, r.PositiveInt("num_layers"));
-  MS_ASSIGN(c.num_decoder_layers, r.OptionalPositiveInt("num_decoder_layers", c.num_layers));
-  MS_ASSIGN(c.num_heads, r.PositiveInt("num_heads"));
-  MS_ASSIGN(c.relative_attention_num_buckets,
-            r.OptionalPositiveInt("relative_attention_num_buckets", 32));
-  MS_ASSIGN(c.relative_attention_max_distance,
-            r.OptionalPositiveInt("relative_attention_max_distance", 128));
+  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.d_model, r.PositiveInt("d_model"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.d_kv, r.PositiveInt("d_kv"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.d_ff, r.PositiveInt("d_ff"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_layers"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_decoder_layers,
+                            r.OptionalPositiveInt("num_decoder_layers", c.num_layers));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_heads"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.relative_attention_num_buckets,
+                            r.OptionalPositiveInt("relative_attention_num_buckets", 32));
+  MANYSHOT_ASSIGN_OR_RETURN(c.relative_attention_max_distance,
+                            r.OptionalPositiveInt("relative_attention_max_distance", 128));
   // Far beyond any released T5 and small enough that products of these sizes stay in int64.
   constexpr int64_t kMaxDim = int64_t{1} << 24;
   for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
@@ -51,10 +53,10 @@ absl::Status ParseT5(const KeyReader& r, T5Config& c) {
                                 c.relative_attention_num_buckets / 2, ")"));
   }
   double eps = 0;
-  MS_ASSIGN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-6));
+  MANYSHOT_ASSIGN_OR_RETURN(eps, r.PositiveNumber("layer_norm_epsilon", 1e-6));
   c.layer_norm_epsilon = static_cast<float>(eps);
   std::string ff;
-  MS_ASSIGN(ff, r.String("feed_forward_proj", std::string("relu")));
+  MANYSHOT_ASSIGN_OR_RETURN(ff, r.String("feed_forward_proj", std::string("relu")));
   if (ff == "relu") {
     c.feed_forward = T5FeedForward::kRelu;
   } else if (ff == "gated-gelu") {
@@ -63,16 +65,16 @@ absl::Status ParseT5(const KeyReader& r, T5Config& c) {
     return r.Error("feed_forward_proj", absl::StrCat("has unsupported value \"", ff,
                                                      "\" (supported: relu, gated-gelu)"));
   }
-  MS_ASSIGN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", true));
+  MANYSHOT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", true));
   bool encoder_decoder = true;
-  MS_ASSIGN(encoder_decoder, r.Bool("is_encoder_decoder", true));
+  MANYSHOT_ASSIGN_OR_RETURN(encoder_decoder, r.Bool("is_encoder_decoder", true));
   if (!encoder_decoder) return r.Error("is_encoder_decoder", "must be true for T5");
   int64_t id = -1;
-  MS_ASSIGN(id, r.TokenId("decoder_start_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(id, r.TokenId("decoder_start_token_id"));
   c.decoder_start_token_id = id >= 0 ? id : 0;
-  MS_ASSIGN(id, r.TokenId("pad_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(id, r.TokenId("pad_token_id"));
   c.pad_token_id = id >= 0 ? id : 0;
-  MS_ASSIGN(id, r.TokenId("eos_token_id"));
+  MANYSHOT_ASSIGN_OR_RETURN(id, r.TokenId("eos_token_id"));
   c.eos_token_id = id >= 0 ? id : 1;
   for (auto [key, v] :
        {std::pair<const char*, int64_t>{"decoder_start_token_id", c.decoder_start_token_id},
@@ -82,7 +84,7 @@ absl::Status ParseT5(const KeyReader& r, T5Config& c) {
       return r.Error(key, absl::StrCat(v, " is outside the vocabulary [0, ", c.vocab_size, ")"));
     }
   }
-  MS_ASSIGN(c.torch_dtype, r.String("torch_dtype", std::string("float32")));
+  MANYSHOT_ASSIGN_OR_RETURN(c.torch_dtype, r.String("torch_dtype", std::string("float32")));
   return absl::OkStatus();
 }
 
@@ -90,16 +92,16 @@ absl::Status ParseT5(const KeyReader& r, T5Config& c) {
 
 absl::StatusOr<std::string> ConfigModelType(const std::filesystem::path& config_json) {
   Json j;
-  MS_ASSIGN(j, config_keys::ReadJsonObject(config_json));
+  MANYSHOT_ASSIGN_OR_RETURN(j, config_keys::ReadJsonObject(config_json));
   return KeyReader(j, config_json.string()).String("model_type", std::nullopt);
 }
 
 absl::StatusOr<T5Config> ParseT5Config(const std::filesystem::path& config_json) {
   Json j;
-  MS_ASSIGN(j, config_keys::ReadJsonObject(config_json));
+  MANYSHOT_ASSIGN_OR_RETURN(j, config_keys::ReadJsonObject(config_json));
   KeyReader r(j, config_json.string());
   std::string model_type;
-  MS_ASSIGN(model_type, r.String("model_type", std::nullopt));
+  MANYSHOT_ASSIGN_OR_RETURN(model_type, r.String("model_type", std::nullopt));
   if (model_type != "t5") {
     return r.Error("model_type", absl::StrCat("is \"", model_type, "\", not \"t5\""));
   }

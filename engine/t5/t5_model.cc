@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/allocate_all.h"
 #include "engine/core/stable_hash.h"
+#include "engine/core/status_macros.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/t5_tensor_names.h"
 #include "engine/t5/relative_position.h"
@@ -24,13 +25,6 @@ struct T5Model::Block {
 };
 
 namespace {
-
-#define T5_ASSIGN(lhs, expr)                        \
-  do {                                              \
-    auto t5_result = (expr);                        \
-    if (!t5_result.ok()) return t5_result.status(); \
-    lhs = *std::move(t5_result);                    \
-  } while (0)
 
 // Reads checkpoint tensors by role (T5ExpectedTensors) into host f32 and uploads them in the
 // compute dtype, concatenating along rows where the forward pass wants one GEMM.
@@ -71,7 +65,7 @@ class WeightLoader {
     std::vector<int64_t> shape;
     for (T5Role role : roles) {
       std::vector<float> part;
-      T5_ASSIGN(part, Host(stack, role, block));
+      MANYSHOT_ASSIGN_OR_RETURN(part, Host(stack, role, block));
       const std::vector<int64_t>& s = expected_.at(std::make_tuple(stack, role, block)).shape;
       if (shape.empty()) {
         shape = s;
@@ -88,11 +82,11 @@ class WeightLoader {
 
   absl::StatusOr<Tensor> Upload(const std::vector<float>& host, std::vector<int64_t> shape) const {
     Tensor wide;
-    T5_ASSIGN(wide, backend_.Allocate(DType::kF32, shape));
+    MANYSHOT_ASSIGN_OR_RETURN(wide, backend_.Allocate(DType::kF32, shape));
     backend_.CopyFromHost(host.data(), wide);
     Tensor out = wide;
     if (dtype_ != DType::kF32) {  // rounded on the device by the backend's own Convert
-      T5_ASSIGN(out, backend_.Allocate(dtype_, shape));
+      MANYSHOT_ASSIGN_OR_RETURN(out, backend_.Allocate(dtype_, shape));
       backend_.Convert(wide, out);
     }
     auto status = backend_.Synchronize();
@@ -135,7 +129,7 @@ absl::StatusOr<std::unique_ptr<T5Model>> T5Model::Load(const std::filesystem::pa
     return absl::InvalidArgumentError(absl::StrCat(
         "KV dtype ", std::string(DTypeName(model->kv_dtype_)), " is not a float type"));
   }
-  T5_ASSIGN(model->config_, ParseT5Config(model_dir / "config.json"));
+  MANYSHOT_ASSIGN_OR_RETURN(model->config_, ParseT5Config(model_dir / "config.json"));
   auto status = model->LoadWeights(model_dir);
   if (!status.ok()) return status;
   return model;
@@ -152,42 +146,43 @@ absl::Status T5Model::LoadWeights(const std::filesystem::path& model_dir) {
   WeightLoader w(archive, c, *backend_, compute_dtype_);
   using R = T5Role;
   using S = T5Stack;
-  T5_ASSIGN(embed_, w.Load(S::kShared, {R::kTokenEmbd}));
+  MANYSHOT_ASSIGN_OR_RETURN(embed_, w.Load(S::kShared, {R::kTokenEmbd}));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
-    T5_ASSIGN(lm_head_, w.Load(S::kShared, {R::kOutput}));
+    MANYSHOT_ASSIGN_OR_RETURN(lm_head_, w.Load(S::kShared, {R::kOutput}));
   }
-  T5_ASSIGN(encoder_final_norm_, w.Load(S::kEncoder, {R::kOutputNorm}));
+  MANYSHOT_ASSIGN_OR_RETURN(encoder_final_norm_, w.Load(S::kEncoder, {R::kOutputNorm}));
   // Tied heads see the decoder output times d_model^-0.5; folded into the final norm's weight.
   const float rescale = c.tie_word_embeddings
                             ? static_cast<float>(std::pow(static_cast<double>(c.d_model), -0.5))
                             : 1.0f;
-  T5_ASSIGN(decoder_final_norm_, w.Load(S::kDecoder, {R::kOutputNorm}, -1, rescale));
-  T5_ASSIGN(encoder_bias_table_, w.Host(S::kEncoder, R::kAttnRelBias, -1));
-  T5_ASSIGN(decoder_bias_table_, w.Host(S::kDecoder, R::kAttnRelBias, -1));
+  MANYSHOT_ASSIGN_OR_RETURN(decoder_final_norm_,
+                            w.Load(S::kDecoder, {R::kOutputNorm}, -1, rescale));
+  MANYSHOT_ASSIGN_OR_RETURN(encoder_bias_table_, w.Host(S::kEncoder, R::kAttnRelBias, -1));
+  MANYSHOT_ASSIGN_OR_RETURN(decoder_bias_table_, w.Host(S::kDecoder, R::kAttnRelBias, -1));
   const bool gated = c.feed_forward == T5FeedForward::kGatedGelu;
   for (S stack : {S::kEncoder, S::kDecoder}) {
     const int64_t blocks = stack == S::kEncoder ? c.num_layers : c.num_decoder_layers;
     for (int64_t l = 0; l < blocks; ++l) {
       auto b = std::make_unique<Block>();
-      T5_ASSIGN(b->attn_norm, w.Load(stack, {R::kAttnNorm}, l));
-      T5_ASSIGN(b->qkv_w, w.Load(stack, {R::kAttnQ, R::kAttnK, R::kAttnV}, l));
-      T5_ASSIGN(b->o_w, w.Load(stack, {R::kAttnOut}, l));
+      MANYSHOT_ASSIGN_OR_RETURN(b->attn_norm, w.Load(stack, {R::kAttnNorm}, l));
+      MANYSHOT_ASSIGN_OR_RETURN(b->qkv_w, w.Load(stack, {R::kAttnQ, R::kAttnK, R::kAttnV}, l));
+      MANYSHOT_ASSIGN_OR_RETURN(b->o_w, w.Load(stack, {R::kAttnOut}, l));
       if (stack == S::kDecoder) {
-        T5_ASSIGN(b->cross_norm, w.Load(stack, {R::kCrossNorm}, l));
-        T5_ASSIGN(b->cross_q_w, w.Load(stack, {R::kCrossQ}, l));
-        T5_ASSIGN(b->cross_k_w, w.Load(stack, {R::kCrossK}, l));
-        T5_ASSIGN(b->cross_v_w, w.Load(stack, {R::kCrossV}, l));
-        T5_ASSIGN(b->cross_o_w, w.Load(stack, {R::kCrossOut}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->cross_norm, w.Load(stack, {R::kCrossNorm}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->cross_q_w, w.Load(stack, {R::kCrossQ}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->cross_k_w, w.Load(stack, {R::kCrossK}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->cross_v_w, w.Load(stack, {R::kCrossV}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->cross_o_w, w.Load(stack, {R::kCrossOut}, l));
       }
-      T5_ASSIGN(b->ffn_norm, w.Load(stack, {R::kFfnNorm}, l));
+      MANYSHOT_ASSIGN_OR_RETURN(b->ffn_norm, w.Load(stack, {R::kFfnNorm}, l));
       if (gated) {
-        T5_ASSIGN(b->up_w, w.Load(stack, {R::kFfnGate, R::kFfnUp}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->up_w, w.Load(stack, {R::kFfnGate, R::kFfnUp}, l));
       } else {
-        T5_ASSIGN(b->up_w, w.Load(stack, {R::kFfnUp}, l));
+        MANYSHOT_ASSIGN_OR_RETURN(b->up_w, w.Load(stack, {R::kFfnUp}, l));
       }
-      T5_ASSIGN(b->down_w, w.Load(stack, {R::kFfnDown}, l));
+      MANYSHOT_ASSIGN_OR_RETURN(b->down_w, w.Load(stack, {R::kFfnDown}, l));
       (stack == S::kEncoder ? encoder_ : decoder_).push_back(std::move(b));
     }
   }
@@ -233,7 +228,7 @@ absl::StatusOr<T5Model::Rows> T5Model::EmbedRows(const std::vector<int32_t>& ids
                                 {&r.ids, DType::kI32, {T}}});
   if (!status.ok()) return status;
   r.act = r.up;
-  if (gated) T5_ASSIGN(r.act, b.Allocate(dt, {T, c.d_ff}));
+  if (gated) MANYSHOT_ASSIGN_OR_RETURN(r.act, b.Allocate(dt, {T, c.d_ff}));
   b.CopyFromHost(ids.data(), r.ids);
   b.Embedding(r.ids, embed_, r.x, /*accumulate=*/false);
   return r;
@@ -306,7 +301,7 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int
   auto rows = EmbedRows(ids);
   if (!rows.ok()) return rows.status();
   auto& [x, h, qkv, q, k, v, attn, lse, up, act, id_t] = *rows;
-  T5_ASSIGN(out.states, b.Allocate(dt, {T, d}));
+  MANYSHOT_ASSIGN_OR_RETURN(out.states, b.Allocate(dt, {T, d}));
   absl::Status status;
 
   // Bidirectional position bias, one per distinct input length (it depends on nothing else).
@@ -315,8 +310,9 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int
   std::map<int64_t, Tensor> biases;
   for (int64_t n : out.lengths) {
     if (biases.count(n)) continue;
-    T5_ASSIGN(biases[n],
-              UploadBias(b, T5RelativeBias(encoder_bias_table_, heads, shape, 0, n, n), heads));
+    MANYSHOT_ASSIGN_OR_RETURN(
+        biases[n],
+        UploadBias(b, T5RelativeBias(encoder_bias_table_, heads, shape, 0, n, n), heads));
   }
   std::vector<Tensor> k_rows, v_rows;
   for (int64_t s = 0; s < out.inputs(); ++s) {
@@ -420,7 +416,7 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
   for (size_t s = 0; s < sequences.size(); ++s) {
     const int64_t n = static_cast<int64_t>(sequences[s].tokens.size());
     const int64_t keys = pasts[s] + n;
-    T5_ASSIGN(
+    MANYSHOT_ASSIGN_OR_RETURN(
         self_bias[s],
         UploadBias(b, T5RelativeBias(decoder_bias_table_, heads, shape, pasts[s], n, keys), heads));
     self[s] = {begins[s], n, nullptr, nullptr, keys, nullptr, &self_bias[s]};
@@ -492,7 +488,7 @@ absl::StatusOr<std::vector<float>> T5Model::StatesToHost(const T5EncoderOutput& 
   Tensor rows = encoded.states.Rows(encoded.begins[i], encoded.begins[i] + n);
   Tensor wide = rows;
   if (rows.dtype() != DType::kF32) {
-    T5_ASSIGN(wide, backend_->Allocate(DType::kF32, {n, config_.d_model}));
+    MANYSHOT_ASSIGN_OR_RETURN(wide, backend_->Allocate(DType::kF32, {n, config_.d_model}));
     backend_->Convert(rows, wide);
   }
   std::vector<float> host(static_cast<size_t>(n * config_.d_model));

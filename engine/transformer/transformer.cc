@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/allocate_all.h"
 #include "engine/core/stable_hash.h"
+#include "engine/core/status_macros.h"
 #include "engine/model/arch_traits.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
@@ -136,19 +137,6 @@ class WeightReader {
   DType matrix_dtype_;
 };
 
-#define MANYSHOT_ASSIGN(lhs, expr)                              \
-  do {                                                          \
-    auto manyshot_result = (expr);                              \
-    if (!manyshot_result.ok()) return manyshot_result.status(); \
-    lhs = *std::move(manyshot_result);                          \
-  } while (0)
-
-#define MANYSHOT_RETURN_IF_ERROR(expr)                 \
-  do {                                                 \
-    absl::Status manyshot_status = (expr);             \
-    if (!manyshot_status.ok()) return manyshot_status; \
-  } while (0)
-
 }  // namespace
 
 Transformer::~Transformer() = default;
@@ -200,8 +188,8 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   // One tensor of the table into `out`; `out` stays undefined when the config has no such tensor.
   auto read = [&](TensorRole role, TensorPart part, int64_t layer, Tensor& out) -> absl::Status {
     if (!HasTensor(c, role, part)) return absl::OkStatus();
-    MANYSHOT_ASSIGN(out, reader.Read(TensorName(c.architecture, role, part, layer),
-                                     TensorShape(c, role, part)));
+    MANYSHOT_ASSIGN_OR_RETURN(out, reader.Read(TensorName(c.architecture, role, part, layer),
+                                               TensorShape(c, role, part)));
     return absl::OkStatus();
   };
   // Several roles concatenated along the output dimension, for one GEMM (q | k | v, gate | up).
@@ -213,7 +201,7 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
       parts.push_back({TensorName(c.architecture, role, part, layer), TensorShape(c, role, part)});
     }
     const bool rows = part == TensorPart::kBias || traits.layout == WeightLayout::kOutIn;
-    MANYSHOT_ASSIGN(out, reader.Fuse(parts, rows));
+    MANYSHOT_ASSIGN_OR_RETURN(out, reader.Fuse(parts, rows));
     return absl::OkStatus();
   };
   using R = TensorRole;
@@ -231,7 +219,7 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   }
   if (traits.position == PositionKind::kAlibi) {
     const std::vector<float> slopes = AlibiSlopes(c.num_heads);
-    MANYSHOT_ASSIGN(alibi_slopes_, backend_->Allocate(DType::kF32, {c.num_heads}));
+    MANYSHOT_ASSIGN_OR_RETURN(alibi_slopes_, backend_->Allocate(DType::kF32, {c.num_heads}));
     backend_->CopyFromHost(slopes.data(), alibi_slopes_);
   }
   const std::string embed_name = TensorName(c.architecture, R::kTokenEmbd, W);
@@ -280,9 +268,9 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
         for (TensorPart part : {W, B}) {
           if (!HasTensor(c, R::kAttnQkv, part)) continue;
           Tensor& out = part == W ? w.qkv_w : w.qkv_b;
-          MANYSHOT_ASSIGN(out,
-                          reader.ReadPermutedRows(TensorName(c.architecture, R::kAttnQkv, part, l),
-                                                  TensorShape(c, R::kAttnQkv, part), qkv_order));
+          MANYSHOT_ASSIGN_OR_RETURN(
+              out, reader.ReadPermutedRows(TensorName(c.architecture, R::kAttnQkv, part, l),
+                                           TensorShape(c, R::kAttnQkv, part), qkv_order));
         }
         break;
     }
