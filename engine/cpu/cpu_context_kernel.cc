@@ -77,31 +77,70 @@ inline void PrefetchKeys(const Tensor& t, int64_t kv_head, int64_t j, int64_t n,
   }
 }
 
-// scores[key, 0..32) for KB keys of the tile (k rows of dim values) against a transposed,
-// pre-scaled query block q_t [dim, 32].
+// acc[key][h] = the logits of KB keys (k rows of dim values, k_ld apart) against a transposed,
+// pre-scaled query block q_t [dim, 32]: rows 16 h .. 16 h + 15.
 template <int KB>
-inline void ScoreKeys(const float* k, int64_t dim, const float* q_t, float* scores) {
-  __m512 acc[KB][2];
+inline void KeyLogits(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
+                      __m512 (&acc)[KB][2]) {
   for (int kb = 0; kb < KB; ++kb) acc[kb][0] = acc[kb][1] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
     const __m512 q0 = _mm512_loadu_ps(q_t + d * kRows);
     const __m512 q1 = _mm512_loadu_ps(q_t + d * kRows + 16);
     for (int kb = 0; kb < KB; ++kb) {
-      const __m512 kd = _mm512_set1_ps(k[kb * dim + d]);
+      const __m512 kd = _mm512_set1_ps(k[kb * k_ld + d]);
       acc[kb][0] = _mm512_fmadd_ps(kd, q0, acc[kb][0]);
       acc[kb][1] = _mm512_fmadd_ps(kd, q1, acc[kb][1]);
     }
   }
+}
+
+// scores[key, 0..32) for KB keys: the logits as they are.
+template <int KB>
+inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_t, float* scores) {
+  __m512 acc[KB][2];
+  KeyLogits<KB>(k, k_ld, dim, q_t, acc);
   for (int kb = 0; kb < KB; ++kb) {
     _mm512_storeu_ps(scores + kb * kRows, acc[kb][0]);
     _mm512_storeu_ps(scores + kb * kRows + 16, acc[kb][1]);
   }
 }
 
-// o[rp, :] += sum over the tile's keys j of p[j, rp] * v[j, :] for RP rows (o rows dim apart; p
-// holds the block's probabilities key-major, row stride kRows, offset to the first row).
+// How far a logit may exceed its row's running maximum before the maximum must be raised: the
+// softmax is the same for any subtracted constant, and exp(logit - max) <= e^8 keeps every
+// partial sum (at most e^8 per key) far from f32 overflow and its rounding relative.
+constexpr float kMaxSlack = 8.0f;
+
+// scores[key, 0..32) = exp(logit - max) for KB keys, added to sum, when no logit exceeds its
+// row's limit (max + kMaxSlack); otherwise returns false having written nothing that counts (the
+// caller redoes the tile with a raised maximum). Keeps the max pass and a store and reload of
+// every logit out of the common case, where the running maximum is already (nearly) the maximum.
+template <int KB>
+inline bool ScoreKeysExp(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
+                         const __m512 (&max)[2], const __m512 (&limit)[2], float* scores,
+                         __m512 (&sum)[2]) {
+  __m512 acc[KB][2];
+  KeyLogits<KB>(k, k_ld, dim, q_t, acc);
+  __mmask16 over = 0;
+  for (int kb = 0; kb < KB; ++kb) {
+    for (int h = 0; h < 2; ++h) over |= _mm512_cmp_ps_mask(acc[kb][h], limit[h], _CMP_GT_OQ);
+  }
+  if (over != 0) return false;
+  for (int kb = 0; kb < KB; ++kb) {
+    for (int h = 0; h < 2; ++h) {
+      const __m512 e = simd512::Exp(_mm512_sub_ps(acc[kb][h], max[h]));
+      _mm512_storeu_ps(scores + kb * kRows + 16 * h, e);
+      sum[h] = _mm512_add_ps(sum[h], e);
+    }
+  }
+  return true;
+}
+
+// o[rp, :] += sum over the tile's keys j of p[j, rp] * v[j, :] for RP rows (o rows dim apart, v
+// rows v_ld apart; p holds the block's probabilities key-major, row stride kRows, offset to the
+// first row).
 template <int RP, int DV>
-inline void AccumulateValues(const float* p, int64_t count, const float* v, float* o) {
+inline void AccumulateValues(const float* p, int64_t count, const float* v, int64_t v_ld,
+                             float* o) {
   constexpr int64_t dim = 16 * DV;
   __m512 acc[RP][DV];
   for (int rp = 0; rp < RP; ++rp) {
@@ -109,7 +148,7 @@ inline void AccumulateValues(const float* p, int64_t count, const float* v, floa
   }
   for (int64_t j = 0; j < count; ++j) {
     __m512 vv[DV];
-    for (int dv = 0; dv < DV; ++dv) vv[dv] = _mm512_loadu_ps(v + j * dim + 16 * dv);
+    for (int dv = 0; dv < DV; ++dv) vv[dv] = _mm512_loadu_ps(v + j * v_ld + 16 * dv);
     for (int rp = 0; rp < RP; ++rp) {
       const __m512 pj = _mm512_set1_ps(p[j * kRows + rp]);
       for (int dv = 0; dv < DV; ++dv) acc[rp][dv] = _mm512_fmadd_ps(pj, vv[dv], acc[rp][dv]);
@@ -122,46 +161,50 @@ inline void AccumulateValues(const float* p, int64_t count, const float* v, floa
 
 // P·V for 0 <= rows < RP rows in one pass (the remainder of a block after its RP-row passes).
 template <int DV, int RP, int R = 1>
-void AccumulateRemainder(const float* p, int64_t count, const float* v, float* o, int64_t rows) {
+void AccumulateRemainder(const float* p, int64_t count, const float* v, int64_t v_ld, float* o,
+                         int64_t rows) {
   if (rows <= 0) return;
   if constexpr (R + 1 < RP) {
-    if (rows > R) return AccumulateRemainder<DV, RP, R + 1>(p, count, v, o, rows);
+    if (rows > R) return AccumulateRemainder<DV, RP, R + 1>(p, count, v, v_ld, o, rows);
   }
-  AccumulateValues<R, DV>(p, count, v, o);
+  AccumulateValues<R, DV>(p, count, v, v_ld, o);
 }
 
 // P·V for the first `rows` rows of a block: as many rows at once as the registers hold
 // (RP x DV accumulators plus DV value vectors within the 32 vector registers).
 template <int DV>
-void AccumulateBlock(const float* p, int64_t count, const float* v, float* o, int64_t rows) {
+void AccumulateBlock(const float* p, int64_t count, const float* v, int64_t v_ld, float* o,
+                     int64_t rows) {
   constexpr int RP = DV <= 4 ? 6 : (DV <= 6 ? 4 : 2);
   int64_t r = 0;
-  for (; r + RP <= rows; r += RP) AccumulateValues<RP, DV>(p + r, count, v, o + r * 16 * DV);
+  for (; r + RP <= rows; r += RP) {
+    AccumulateValues<RP, DV>(p + r, count, v, v_ld, o + r * 16 * DV);
+  }
   // The remaining rows in one pass, not one pass per row: one row's DV accumulators are DV chains
   // of dependent FMAs, one FMA per key each, and every pass re-reads the V tile (one row at a
   // time, AccumulateValues<1, 4> was 8.5% of a profile of batch-1 queries of 26 rows).
-  AccumulateRemainder<DV, RP>(p + r, count, v, o + r * 16 * DV, rows - r);
+  AccumulateRemainder<DV, RP>(p + r, count, v, v_ld, o + r * 16 * DV, rows - r);
 }
 
-void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const float* v, float* o,
-                           int64_t rows) {
+void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const float* v, int64_t v_ld,
+                           float* o, int64_t rows) {
   switch (dim / 16) {
     case 1:
-      return AccumulateBlock<1>(p, count, v, o, rows);
+      return AccumulateBlock<1>(p, count, v, v_ld, o, rows);
     case 2:
-      return AccumulateBlock<2>(p, count, v, o, rows);
+      return AccumulateBlock<2>(p, count, v, v_ld, o, rows);
     case 3:
-      return AccumulateBlock<3>(p, count, v, o, rows);
+      return AccumulateBlock<3>(p, count, v, v_ld, o, rows);
     case 4:
-      return AccumulateBlock<4>(p, count, v, o, rows);
+      return AccumulateBlock<4>(p, count, v, v_ld, o, rows);
     case 5:
-      return AccumulateBlock<5>(p, count, v, o, rows);
+      return AccumulateBlock<5>(p, count, v, v_ld, o, rows);
     case 6:
-      return AccumulateBlock<6>(p, count, v, o, rows);
+      return AccumulateBlock<6>(p, count, v, v_ld, o, rows);
     case 7:
-      return AccumulateBlock<7>(p, count, v, o, rows);
+      return AccumulateBlock<7>(p, count, v, v_ld, o, rows);
     default:
-      return AccumulateBlock<8>(p, count, v, o, rows);
+      return AccumulateBlock<8>(p, count, v, v_ld, o, rows);
   }
 }
 
@@ -214,28 +257,94 @@ void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* 
   }
 }
 
-// Folds one loaded tile (count keys; K and V contiguous f32 [count, dim]) into the state of every
-// 32-row block of `rows` rows: scores against the transposed query blocks q_t, the online
-// softmax, P·V. prefetch(j) runs after the scores of keys [j, j + 8) of the first block.
+// The scores of a tile's keys for one 32-row block as exp(logit - the rows' running maximum),
+// their sum added to `sum`, when no logit exceeds its row's maximum by more than kMaxSlack (the
+// maximum then stays, and the block's output needs no rescaling); false otherwise, with `sum`
+// untouched. The first tile of a block (maximum -inf) always returns false. prefetch(j) runs
+// after the scores of keys [j, j + 8).
 template <typename Prefetch>
-void FoldTile(const float* k_tile, const float* v_tile, int64_t count, const float* q_t,
-              int64_t rows, int64_t dim, float* scores, float* o, float* max, float* sum,
-              Prefetch&& prefetch) {
+bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float* q_t, int64_t dim,
+                       const float* max, float* sum, float* scores, Prefetch&& prefetch) {
+  __m512 m[2], limit[2], tile_sum[2];
+  for (int h = 0; h < 2; ++h) {
+    m[h] = _mm512_loadu_ps(max + 16 * h);
+    limit[h] = _mm512_add_ps(m[h], _mm512_set1_ps(kMaxSlack));
+    tile_sum[h] = _mm512_setzero_ps();
+  }
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) {
+    if (!ScoreKeysExp<8>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows, tile_sum)) {
+      return false;
+    }
+    prefetch(j);
+  }
+  for (; j < count; ++j) {
+    if (!ScoreKeysExp<1>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows, tile_sum)) {
+      return false;
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    _mm512_storeu_ps(sum + 16 * h, _mm512_add_ps(_mm512_loadu_ps(sum + 16 * h), tile_sum[h]));
+  }
+  return true;
+}
+
+// Folds one tile of count keys (f32 K and V rows of dim values, k_ld and v_ld apart) into the
+// state of every 32-row block of `rows` rows: scores against the transposed query blocks q_t, the
+// softmax (ExpScoresUnderMax, or the online softmax with a raised maximum), P·V. prefetch(j)
+// runs after the scores of keys [j, j + 8) of the first block.
+template <typename Prefetch>
+void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
+              const float* q_t, int64_t rows, int64_t dim, float* scores, float* o, float* max,
+              float* sum, Prefetch&& prefetch) {
   const int64_t blocks = (rows + kRows - 1) / kRows;
+  const auto no_prefetch = [](int64_t) {};
   for (int64_t b = 0; b < blocks; ++b) {
     const float* qb = q_t + b * dim * kRows;
-    int64_t j = 0;
-    for (; j + 8 <= count; j += 8) {
-      ScoreKeys<8>(k_tile + j * dim, dim, qb, scores + j * kRows);
-      if (b == 0) prefetch(j);
-    }
-    for (; j < count; ++j) ScoreKeys<1>(k_tile + j * dim, dim, qb, scores + j * kRows);
     const int64_t block_rows = std::min(kRows, rows - b * kRows);
     float* ob = o + b * kRows * dim;
-    OnlineSoftmax(scores, count, max + b * kRows, sum + b * kRows, ob, dim, block_rows);
-    AccumulateBlockAnyDim(dim, scores, count, v_tile, ob, block_rows);
+    float* mb = max + b * kRows;
+    float* sb = sum + b * kRows;
+    const bool under_max =
+        b == 0 ? ExpScoresUnderMax(k, k_ld, count, qb, dim, mb, sb, scores, prefetch)
+               : ExpScoresUnderMax(k, k_ld, count, qb, dim, mb, sb, scores, no_prefetch);
+    if (!under_max) {
+      int64_t j = 0;
+      for (; j + 8 <= count; j += 8) {
+        ScoreKeys<8>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+        if (b == 0) prefetch(j);
+      }
+      for (; j < count; ++j) ScoreKeys<1>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+      OnlineSoftmax(scores, count, mb, sb, ob, dim, block_rows);
+    }
+    AccumulateBlockAnyDim(dim, scores, count, v, v_ld, ob, block_rows);
   }
 }
+
+// Prefetches keys [from, to) of every kv head of f32 K and V (one contiguous range each) into L2
+// in `calls` even slices, one per call.
+class NextTilePrefetch {
+ public:
+  NextTilePrefetch(const Tensor& k, const Tensor& v, int64_t from, int64_t to, int64_t calls)
+      : k_(static_cast<const char*>(k.raw())), v_(static_cast<const char*>(v.raw())) {
+    const int64_t row_bytes = k.dim(1) * k.dim(2) * static_cast<int64_t>(sizeof(float));
+    at_ = from * row_bytes;
+    end_ = std::max(at_, to * row_bytes);
+    slice_ = ((end_ - at_) / calls + 63) / 64 * 64;
+  }
+  void operator()(int64_t) {
+    const int64_t stop = std::min(end_, at_ + slice_);
+    for (; at_ < stop; at_ += 64) {
+      _mm_prefetch(k_ + at_, _MM_HINT_T1);
+      _mm_prefetch(v_ + at_, _MM_HINT_T1);
+    }
+  }
+
+ private:
+  const char* k_;
+  const char* v_;
+  int64_t at_ = 0, end_ = 0, slice_ = 0;
+};
 
 // Query rows r = (token, head of the group) of kv head g transposed into 32-row blocks
 // [dim, 32] and scaled (padding rows zero: their scores are computed and ignored).
@@ -275,8 +384,9 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
     const int64_t count = std::min(kKeys, len - j0);
     LoadTile(k, kv_head, j0, count, scratch.k_tile.data());
     LoadTile(v, kv_head, j0, count, scratch.v_tile.data());
-    FoldTile(scratch.k_tile.data(), scratch.v_tile.data(), count, scratch.q_t.data(), rows, dim,
-             scores, scratch.o.data(), scratch.max.data(), scratch.sum.data(), [&](int64_t j) {
+    FoldTile(scratch.k_tile.data(), dim, scratch.v_tile.data(), dim, count, scratch.q_t.data(),
+             rows, dim, scores, scratch.o.data(), scratch.max.data(), scratch.sum.data(),
+             [&](int64_t j) {
                PrefetchKeys(k, kv_head, j0 + kKeys + j, 8, len);
                PrefetchKeys(v, kv_head, j0 + kKeys + j, 8, len);
              });
@@ -316,23 +426,42 @@ void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, in
   };
   std::vector<Part> parts(static_cast<size_t>(chunks));
   std::vector<Tiles> tiles(static_cast<size_t>(threads));
+  const bool in_place = k.dtype() == DType::kF32 && v.dtype() == DType::kF32;
+  const int64_t kv_ld = kv_heads * dim;
   pool.ParallelForEach(chunks, [&](int64_t c, int thread) {
     Part& p = parts[c];
     p.o.assign(static_cast<size_t>(kv_heads * padded * dim), 0.0f);
     p.max.assign(static_cast<size_t>(kv_heads * padded), kNegInf);
     p.sum.assign(static_cast<size_t>(kv_heads * padded), 0.0f);
     Tiles& t = tiles[thread];
-    t.k.resize(static_cast<size_t>(kv_heads * kSplitKeys * dim));
-    t.v.resize(t.k.size());
+    if (!in_place) {
+      t.k.resize(static_cast<size_t>(kv_heads * kSplitKeys * dim));
+      t.v.resize(t.k.size());
+    }
     t.scores.resize(static_cast<size_t>(kSplitKeys * kRows));
     const int64_t end = std::min(len, (c + 1) * chunk);
     for (int64_t j0 = c * chunk; j0 < end; j0 += kSplitKeys) {
       const int64_t count = std::min(kSplitKeys, end - j0);
+      if (in_place) {
+        // f32 K/V are read where they are (a copy would only add a write and a read per byte);
+        // the next tile, one contiguous range of every head's rows, is prefetched into L2 in
+        // even slices while this tile is folded.
+        NextTilePrefetch next(k, v, j0 + count, std::min(end, j0 + count + kSplitKeys),
+                              kv_heads * std::max<int64_t>(1, count / 8));
+        for (int64_t g = 0; g < kv_heads; ++g) {
+          FoldTile(k.data<float>() + (j0 * kv_heads + g) * dim, kv_ld,
+                   v.data<float>() + (j0 * kv_heads + g) * dim, kv_ld, count,
+                   q_t.data() + g * blocks * dim * kRows, rows, dim, t.scores.data(),
+                   p.o.data() + g * padded * dim, p.max.data() + g * padded,
+                   p.sum.data() + g * padded, next);
+        }
+        continue;
+      }
       LoadAllHeads(k, j0, count, kSplitKeys, t.k.data());
       LoadAllHeads(v, j0, count, kSplitKeys, t.v.data());
       for (int64_t g = 0; g < kv_heads; ++g) {
-        FoldTile(t.k.data() + g * kSplitKeys * dim, t.v.data() + g * kSplitKeys * dim, count,
-                 q_t.data() + g * blocks * dim * kRows, rows, dim, t.scores.data(),
+        FoldTile(t.k.data() + g * kSplitKeys * dim, dim, t.v.data() + g * kSplitKeys * dim, dim,
+                 count, q_t.data() + g * blocks * dim * kRows, rows, dim, t.scores.data(),
                  p.o.data() + g * padded * dim, p.max.data() + g * padded,
                  p.sum.data() + g * padded, [](int64_t) {});
       }

@@ -26,6 +26,9 @@ struct Case {
   int64_t heads, kv_heads, dim, len;
   std::vector<int64_t> q_lens;  // one sequence per entry
   DType kv;
+  // Key j is scaled by 1 + growth * j / len, so later tiles' logits exceed the running maximum
+  // by more than the kernels' slack again and again (the maximum is raised mid-context).
+  float growth = 0.0f;
 };
 
 std::string Name(const Case& c) {
@@ -33,7 +36,7 @@ std::string Name(const Case& c) {
   for (int64_t l : c.q_lens) lens += std::to_string(l) + ",";
   return "heads=" + std::to_string(c.heads) + " kv_heads=" + std::to_string(c.kv_heads) +
          " dim=" + std::to_string(c.dim) + " len=" + std::to_string(c.len) + " q_lens=" + lens +
-         " kv=" + std::string(DTypeName(c.kv));
+         " kv=" + std::string(DTypeName(c.kv)) + " growth=" + std::to_string(c.growth);
 }
 
 void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
@@ -64,7 +67,12 @@ void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
   }
   const auto q = RandomValues(rng, tokens * H * D);
   // Keys spread wider than values so the softmax is far from uniform.
-  const auto k = RoundedTo(RandomValues(rng, c.len * KH * D, 2.0f), c.kv);
+  auto k_values = RandomValues(rng, c.len * KH * D, 2.0f);
+  for (int64_t j = 0; j < c.len; ++j) {
+    const float g = 1.0f + c.growth * static_cast<float>(j) / static_cast<float>(c.len);
+    for (int64_t i = 0; i < KH * D; ++i) k_values[j * KH * D + i] *= g;
+  }
+  const auto k = RoundedTo(k_values, c.kv);
   const auto v = RoundedTo(RandomValues(rng, c.len * KH * D), c.kv);
   Tensor kt = Upload(backend, k, c.kv, {c.len, KH, D});
   Tensor vt = Upload(backend, v, c.kv, {c.len, KH, D});
@@ -106,6 +114,21 @@ TEST(CpuContextAttentionTest, MatchesExactAttentionForEveryKvDtypeShapeAndBatch)
     cases.push_back({4, 4, 64, 300, {1, 2, 3, 4, 5, 35}, kv});
   }
   for (const Case& c : cases) CheckCase(backend, rng, c);
+}
+
+TEST(CpuContextAttentionTest, MatchesExactAttentionWhenLaterKeysRaiseTheMaximum) {
+  // Logits growing along the context (to 11x and 301x their first tile's spread): the running
+  // maximum is raised by more than the kernels' slack in tile after tile and differs between the
+  // split-keys chunks, for one query (split keys) and for many rows (row blocks).
+  CpuBackend backend(2);
+  std::mt19937 rng(7);
+  for (DType kv : {DType::kF32, DType::kBF16}) {
+    for (float growth : {10.0f, 300.0f}) {
+      CheckCase(backend, rng, {12, 12, 64, 3000, {26}, kv, growth});
+      CheckCase(backend, rng, {4, 2, 64, 1000, {1, 3}, kv, growth});
+      CheckCase(backend, rng, {4, 4, 32, 777, {70, 9}, kv, growth});
+    }
+  }
 }
 
 TEST(CpuContextAttentionTest, TheTiledKernelCoversHeadDimensionsInSixteens) {
