@@ -41,7 +41,7 @@ int RunSaiclBench(const BenchOptions& options) {
       return 1;
     }
   }
-  // AttendBiased runs on the CPU backend only (CUDA answers UNIMPLEMENTED).
+  // The CPU backend (CUDA's AttendBiased kernel has not been run on a GPU here yet).
   CpuBackend backend(options.threads);
   auto model = T5Model::Load(dir, backend);
   if (!model.ok()) {

@@ -5,13 +5,17 @@
 //   f32  2e-5  (accumulation order only: cuBLASLt without TF32, our kernels in f32)
 //   f16  4e-3  (outputs and attention probabilities rounded to 11-bit mantissas)
 //   bf16 2e-2  (8-bit mantissas)
+// The same tolerances hold for AttendBiased and ALiBi attention: the bias (and the ALiBi slopes
+// and positions) are f32 on both sides, so they add no error of their own.
 // Instantiated as Cuda/... (ctest label gpu; SKIPPED with the driver's reason without a GPU).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 
 #include "engine/backends/backend_factory.h"
+#include "engine/model/arch_traits.h"
 #include "tests/engine/backend/backend_test_util.h"
 #include "tests/engine/support/golden_models.h"
 
@@ -353,7 +357,6 @@ TEST_P(BackendParityTest, MergeStatesAndTheComposedAttention) {
 TEST_P(BackendParityTest, GoldenModelsAgreeWithTheCpu) {
   // Whole forward passes in the dtype under test against the f32 CPU: logits of a batch.
   for (const char* name : kGoldenModels) {
-    if (UsesAlibi(name)) continue;  // no ALiBi attention on this backend yet (UNIMPLEMENTED)
     const Transformer& ref = GoldenModel(name);
     TransformerOptions options;
     options.compute = dt();
@@ -387,6 +390,161 @@ TEST_P(BackendParityTest, GoldenModelsAgreeWithTheCpu) {
     const double err = RelativeError(got->logits, want->logits);
     EXPECT_LE(err, 2 * tol() + 1e-5) << name;
     RecordProperty(std::string("logits_rel_err_") + name, std::to_string(err));
+  }
+}
+
+// AttendBiased: a dense bias with -inf entries (a band, and one head's row masked entirely), the
+// diagonal form with T5's causal mask and a masked diagonal, no bias with fewer keys than rows
+// (cross-attention), a sequence without keys and a decode row; GQA and every K/V dtype, odd
+// head_dim too.
+TEST_P(BackendParityTest, AttendBiasedDenseRelativeNoneMaskedGqaEveryKvDtype) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  enum Kind { kDense, kRelative, kNone };
+  struct Seq {
+    int64_t q_len, kv_len;
+    Kind kind;
+  };
+  const std::vector<Seq> shapes = {
+      {9, 13, kDense}, {70, 90, kRelative}, {40, 7, kNone}, {3, 0, kNone}, {1, 300, kRelative}};
+  for (AttnShape s : {AttnShape{4, 4, 32}, AttnShape{8, 2, 64}, AttnShape{6, 3, 80},
+                      AttnShape{4, 1, 20}, AttnShape{4, 2, 128}}) {
+    for (DType kv_dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      std::vector<Tensor> keep_b, keep_c;  // K/V and biases, alive through the calls
+      keep_b.reserve(4 * shapes.size());
+      keep_c.reserve(4 * shapes.size());
+      std::vector<BiasedAttentionSequence> seqs_b, seqs_c;
+      int64_t tokens = 0;
+      for (const Seq& sh : shapes) {
+        const int64_t cap = sh.kv_len + 3;
+        const auto k = RoundedTo(RandomValues(rng_, cap * s.kv_heads * s.D), kv_dtype);
+        const auto v = RoundedTo(RandomValues(rng_, cap * s.kv_heads * s.D), kv_dtype);
+        std::vector<float> bias;
+        std::vector<int64_t> bias_shape;
+        if (sh.kind == kDense) {
+          bias = RandomValues(rng_, s.heads * sh.q_len * sh.kv_len, 2.0f);
+          for (int64_t h = 0; h < s.heads; ++h) {
+            for (int64_t r = 0; r < sh.q_len; ++r) {
+              for (int64_t j = 0; j < sh.kv_len; ++j) {
+                if (j > r + 4 || (h == 1 && r == 2))
+                  bias[(h * sh.q_len + r) * sh.kv_len + j] = kNegInf;
+              }
+            }
+          }
+          bias_shape = {s.heads, sh.q_len, sh.kv_len};
+        } else if (sh.kind == kRelative) {
+          // Diagonal d = j - r + q_len - 1; the rows are the last q_len keys, so d >= kv_len is a
+          // key after its query (T5's causal mask).
+          const int64_t diagonals = sh.q_len + sh.kv_len - 1;
+          bias = RandomValues(rng_, s.heads * diagonals, 2.0f);
+          for (int64_t h = 0; h < s.heads; ++h) {
+            for (int64_t d = sh.kv_len; d < diagonals; ++d) bias[h * diagonals + d] = kNegInf;
+          }
+          bias[5] = kNegInf;
+          bias_shape = {s.heads, diagonals};
+        }
+        for (int side = 0; side < 2; ++side) {
+          Backend& be = side == 0 ? b() : cpu();
+          std::vector<Tensor>& keep = side == 0 ? keep_b : keep_c;
+          keep.push_back(Upload(be, k, kv_dtype, {cap, s.kv_heads, s.D}));
+          keep.push_back(Upload(be, v, kv_dtype, {cap, s.kv_heads, s.D}));
+          BiasedAttentionSequence seq{tokens, sh.q_len, &keep[keep.size() - 2], &keep.back(),
+                                      sh.kv_len};
+          if (sh.kind != kNone) {
+            keep.push_back(Upload(be, bias, DType::kF32, bias_shape));
+            (sh.kind == kDense ? seq.bias : seq.relative_bias) = &keep.back();
+          }
+          (side == 0 ? seqs_b : seqs_c).push_back(seq);
+        }
+        tokens += sh.q_len;
+      }
+      const auto q = Values(tokens * s.heads * s.D);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      AttentionState out{Poisoned(b(), dt(), {tokens, s.heads, s.D}),
+                         Poisoned(b(), DType::kF32, {tokens, s.heads})};
+      AttentionState ref{Poisoned(cpu(), DType::kF32, {tokens, s.heads, s.D}),
+                         Poisoned(cpu(), DType::kF32, {tokens, s.heads})};
+      b().AttendBiased(Upload(b(), q, dt(), {tokens, s.heads, s.D}), seqs_b, scale, out);
+      cpu().AttendBiased(Upload(cpu(), q, DType::kF32, {tokens, s.heads, s.D}), seqs_c, scale, ref);
+      const std::string name = "biased_h" + std::to_string(s.heads) + "_kv" +
+                               std::to_string(s.kv_heads) + "_d" + std::to_string(s.D) + "_" +
+                               std::string(DTypeName(kv_dtype));
+      ExpectClose(out.o, ref.o, name + "_o");
+      ExpectClose(out.lse, ref.lse, name + "_lse", 1e-5 + tol() / 10);
+    }
+  }
+}
+
+// ALiBi (BLOOM): own keys (causal, ln(weight) on keys >= weighted_from) and context keys, with
+// structured-prompting position ids (bos at 0, the query's tokens from L on, the context's keys
+// right-aligned below L), BLOOM's slopes for power-of-2 and other head counts, GQA, every context
+// dtype; each part and the composed Attention.
+TEST_P(BackendParityTest, AlibiOwnAndContextMatchTheCpu) {
+  const int64_t L = 64, group_len = 48, len = 1000;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{6, 6}, {1, 9}, {4, 20}, {40, 40}};
+  for (AttnShape s :
+       {AttnShape{4, 4, 32}, AttnShape{6, 6, 64}, AttnShape{12, 4, 80}, AttnShape{8, 2, 128}}) {
+    const std::vector<float> slopes = AlibiSlopes(s.heads);
+    for (DType ctx_dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      AttnBatch on_b = MakeBatch(b(), rng_, dt(), shapes, s.kv_heads, s.D, 13);
+      AttnBatch on_c = MakeBatch(cpu(), rng_, dt(), shapes, s.kv_heads, s.D, 13);
+      std::vector<Tensor> pos_b, pos_c;
+      pos_b.reserve(shapes.size());
+      pos_c.reserve(shapes.size());
+      for (auto [q_len, kv_len] : shapes) {
+        std::vector<int32_t> pos(static_cast<size_t>(kv_len + 3));
+        for (int64_t i = 1; i <= kv_len + 2; ++i) pos[i] = static_cast<int32_t>(L + i - 1);
+        pos_b.push_back(UploadInts(b(), pos));
+        pos_c.push_back(UploadInts(cpu(), pos));
+      }
+      Tensor slopes_b = Upload(b(), slopes, DType::kF32, {s.heads});
+      Tensor slopes_c = Upload(cpu(), slopes, DType::kF32, {s.heads});
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        on_b.seqs[i].alibi_slopes = &slopes_b;
+        on_b.seqs[i].positions = &pos_b[i];
+        on_c.seqs[i].alibi_slopes = &slopes_c;
+        on_c.seqs[i].positions = &pos_c[i];
+      }
+      std::vector<int32_t> ctx_pos(static_cast<size_t>(len));
+      for (int64_t j = 0; j < len; ++j)
+        ctx_pos[j] = static_cast<int32_t>(L - group_len + j % group_len);
+      const auto ck = RoundedTo(RandomValues(rng_, len * s.kv_heads * s.D, 2.0f), ctx_dtype);
+      const auto cv = RoundedTo(RandomValues(rng_, len * s.kv_heads * s.D), ctx_dtype);
+      Tensor kb = Upload(b(), ck, ctx_dtype, {len, s.kv_heads, s.D});
+      Tensor vb = Upload(b(), cv, ctx_dtype, {len, s.kv_heads, s.D});
+      Tensor kc = Upload(cpu(), ck, ctx_dtype, {len, s.kv_heads, s.D});
+      Tensor vc = Upload(cpu(), cv, ctx_dtype, {len, s.kv_heads, s.D});
+      Tensor pb = UploadInts(b(), ctx_pos), pc = UploadInts(cpu(), ctx_pos);
+      const AttentionContext ctx_b{&kb, &vb, len, -std::log(4.0f), &pb};
+      const AttentionContext ctx_c{&kc, &vc, len, -std::log(4.0f), &pc};
+      const auto q = Values(on_b.tokens * s.heads * s.D);
+      Tensor qb = Upload(b(), q, dt(), {on_b.tokens, s.heads, s.D});
+      Tensor qc = Upload(cpu(), q, DType::kF32, {on_c.tokens, s.heads, s.D});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      const std::string name = "alibi_h" + std::to_string(s.heads) + "_kv" +
+                               std::to_string(s.kv_heads) + "_d" + std::to_string(s.D) + "_ctx" +
+                               std::string(DTypeName(ctx_dtype));
+      for (int part = 0; part < 2; ++part) {  // own, context
+        AttentionState out{Poisoned(b(), dt(), {on_b.tokens, s.heads, s.D}),
+                           Poisoned(b(), DType::kF32, {on_b.tokens, s.heads})};
+        AttentionState ref{Poisoned(cpu(), DType::kF32, {on_c.tokens, s.heads, s.D}),
+                           Poisoned(cpu(), DType::kF32, {on_c.tokens, s.heads})};
+        if (part == 0) {
+          b().AttendOwn(qb, on_b.seqs, scale, out);
+          cpu().AttendOwn(qc, on_c.seqs, scale, ref);
+        } else {
+          b().AttendContext(qb, on_b.seqs, ctx_b, scale, out);
+          cpu().AttendContext(qc, on_c.seqs, ctx_c, scale, ref);
+        }
+        const std::string what = name + (part == 0 ? "_own" : "_context");
+        ExpectClose(out.o, ref.o, what + "_o");
+        ExpectClose(out.lse, ref.lse, what + "_lse", 1e-5 + tol() / 10);
+      }
+      Tensor out = Poisoned(b(), dt(), {on_b.tokens, s.heads, s.D});
+      Tensor want = Poisoned(cpu(), DType::kF32, {on_c.tokens, s.heads, s.D});
+      b().Attention(qb, on_b.seqs, &ctx_b, scale, out, Tensor());
+      cpu().Attention(qc, on_c.seqs, &ctx_c, scale, want, Tensor());
+      ExpectClose(out, want, name + "_attention");
+    }
   }
 }
 

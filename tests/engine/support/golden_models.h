@@ -49,21 +49,16 @@ inline void PrintTo(const ModelOnBackend& p, std::ostream* os) {
 std::vector<ModelOnBackend> GoldenModelsOn(const std::string& backend);
 std::string ModelOnBackendName(const ::testing::TestParamInfo<ModelOnBackend>& info);
 
-// Whether the golden's model uses ALiBi attention (BLOOM), which only the CPU backend has.
+// Whether the golden's model uses ALiBi attention (BLOOM).
 bool UsesAlibi(const std::string& name);
 
-// Skips (reporting why) when the backend cannot run here, or cannot run the model; model() is the
-// golden on it.
+// Skips (reporting why) when the backend cannot run here; model() is the golden on it.
 class ModelBackendTest : public ::testing::TestWithParam<ModelOnBackend> {
  protected:
   void SetUp() override {
     std::string why;
     if (NamedTestBackend(GetParam().backend, &why) == nullptr) {
       GTEST_SKIP() << "backend " << GetParam().backend << " cannot run here: " << why;
-    }
-    if (GetParam().backend != "cpu" && UsesAlibi(GetParam().model)) {
-      GTEST_SKIP() << "backend " << GetParam().backend
-                   << " has no ALiBi attention (BLOOM): UNIMPLEMENTED";
     }
   }
   const std::string& family() const { return GetParam().model; }
