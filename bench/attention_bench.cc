@@ -14,12 +14,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
+#include "bench/percentile.h"
 #include "bench/subcommands.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/model/tiny_model.h"
@@ -129,8 +131,7 @@ double SecondsPerCall(Backend& b, int runs, int inner, const std::function<void(
     if (auto s = b.Synchronize(); !s.ok()) Fail("timed run", s);
     times.push_back(Seconds(std::chrono::steady_clock::now() - start) / inner);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Percentile(std::move(times), 0.5);
 }
 
 // Writes the model once; into a temporary directory renamed at the end, so an interrupted write

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
+#include "bench/percentile.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 
@@ -60,8 +62,7 @@ double MedianSeconds(const std::function<void()>& fn, int repeats) {
     fn();
     times.push_back(Seconds(std::chrono::steady_clock::now() - start));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Percentile(std::move(times), 0.5);
 }
 
 double SgemmGflops(int m, int n, int k, int threads, int repeats) {

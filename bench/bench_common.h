@@ -41,7 +41,8 @@ inline double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-// Median wall time of fn over `repeats` runs after one warm-up run.
+// Median wall time of fn over `repeats` runs after one warm-up run (Percentile(times, 0.5): the
+// mean of the two middle runs when `repeats` is even).
 double MedianSeconds(const std::function<void()>& fn, int repeats);
 
 // OpenBLAS sgemm GFLOP/s for an m x n x k product using OpenBLAS's own threads (`threads`), the

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/bench_server.h"
+#include "bench/percentile.h"
 #include "bench/sst2_data.h"
 #include "bench/subcommands.h"
 #include "engine/cpu/cpu_backend.h"
@@ -49,13 +50,6 @@ int Fail(const std::string& message) {
 }
 
 v1::TaskSpec Sst2Spec() { return Sst2GrpcSpec(kGroupLength); }
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
 
 struct GrpcFigures {
   double qps = 0;

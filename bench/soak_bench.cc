@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/bench_server.h"
+#include "bench/percentile.h"
 #include "bench/soak_series.h"
 #include "bench/sst2_data.h"
 #include "bench/subcommands.h"
@@ -67,8 +68,8 @@ class Window {
       errors_ = 0;
     }
     s->requests = static_cast<long>(latencies.size());
-    s->p50_ms = PercentileOf(latencies, 0.50) * 1e3;
-    s->p99_ms = PercentileOf(latencies, 0.99) * 1e3;
+    s->p50_ms = Percentile(latencies, 0.50) * 1e3;
+    s->p99_ms = Percentile(latencies, 0.99) * 1e3;
   }
   long total_errors() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -252,10 +253,10 @@ int RunSoakBench(const BenchOptions& options) {
              "req/s");
   report.Add("errors", static_cast<double>(window.total_errors()));
   if (window.total_errors() > 0) report.AddText("first_error", window.first_error());
-  report.Add("p50_ms_first_third", PercentileOf(p50_early, 0.5), "ms (median of windows)");
-  report.Add("p99_ms_first_third", PercentileOf(p99_early, 0.5), "ms (median of windows)");
-  report.Add("p50_ms_last_third", PercentileOf(p50_late, 0.5), "ms (median of windows)");
-  report.Add("p99_ms_last_third", PercentileOf(p99_late, 0.5), "ms (median of windows)");
+  report.Add("p50_ms_first_third", Percentile(p50_early, 0.5), "ms (median of windows)");
+  report.Add("p99_ms_first_third", Percentile(p99_early, 0.5), "ms (median of windows)");
+  report.Add("p50_ms_last_third", Percentile(p50_late, 0.5), "ms (median of windows)");
+  report.Add("p99_ms_last_third", Percentile(p99_late, 0.5), "ms (median of windows)");
   report.Add("rss_first_sample_mib", samples.empty() ? -1 : samples.front().rss_mib, "MiB");
   report.Add("rss_middle_third_mean_mib", v.rss_middle_mib, "MiB");
   report.Add("rss_last_third_mean_mib", v.rss_last_mib, "MiB");

@@ -17,13 +17,6 @@ void ReadProcStatus(pid_t pid, double* rss_mib, int* threads) {
   }
 }
 
-double PercentileOf(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(values.size())));
-  return values[std::min(values.size(), std::max<size_t>(rank, 1)) - 1];
-}
-
 const char* SoakVerdict::Criterion() {
   return "load cut into thirds by time; RSS levels off when mean(last third) - mean(middle "
          "third) <= max(8 MiB, 2% of the middle); threads when max(last third) <= max(middle "

@@ -28,9 +28,6 @@ struct SoakSample {
 // VmRSS (MiB) and Threads from /proc/PID/status; -1 where unreadable.
 void ReadProcStatus(pid_t pid, double* rss_mib, int* threads);
 
-// Nearest-rank percentile (p in [0, 1]) of `values`, 0 when empty.
-double PercentileOf(std::vector<double> values, double p);
-
 // Whether RSS and threads level off under load: the load phase is cut into thirds by time and the
 // last third is compared with the middle one (the first third holds the warm-up: allocator pools,
 // gRPC threads and caches growing to their working size).
