@@ -97,18 +97,113 @@ void InOutRows(const float* x, int64_t in, const W* w, int64_t out_features, int
   }
 }
 
-template <int R, typename W>
-void InOutRange(const float* x, int64_t in, const W* w, int64_t out_features, int64_t i0,
+// f32 weights, [in, out]: four rows per pass over the partial sums (a quarter of their loads and
+// stores).
+template <int R>
+void InOutRange(const float* x, int64_t in, const float* w, int64_t out_features, int64_t i0,
                 int64_t i1, float* partial) {
-  // f32: four rows per pass over the partial sums (a quarter of their loads and stores); bf16:
-  // one, reading the block strictly in order. Measured on the GPT-2 MLP shape (768 x 3072), one
-  // thread: f32 43 GB/s with four rows vs 33 with one; bf16 35 GB/s with one vs 22 with four.
-  constexpr int kRowsPerPass = sizeof(W) == 4 ? 4 : 1;
   int64_t i = i0;
-  for (; i + kRowsPerPass <= i1; i += kRowsPerPass) {
-    InOutRows<R, kRowsPerPass>(x, in, w, out_features, i, partial);
-  }
+  for (; i + 4 <= i1; i += 4) InOutRows<R, 4>(x, in, w, out_features, i, partial);
   for (; i < i1; ++i) InOutRows<R, 1>(x, in, w, out_features, i, partial);
+}
+
+// bf16 weights, 32 at a time (64 bytes) as two f32 vectors without a shuffle: the even elements
+// 0, 2, .., 30 are the low halves of the 32-bit lanes shifted up, the odd ones the high halves
+// with the low halves cleared (both exact). Widening 16 at a time (zero-extend, then shift) cost
+// three times the instructions and made the bf16 kernels compute-bound at half the f32 GB/s.
+// The kernels keep their activations ([out, in]) or partial sums ([in, out]) in the same order:
+// within each block of 32, the 16 even positions then the 16 odd ones (PairOrder).
+inline void LoadPairsBF16(const uint16_t* p, __m512& even, __m512& odd) {
+  const __m512i v = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// n < 32: elements past n read as zero (and are not loaded).
+inline void LoadPairsBF16(const uint16_t* p, int64_t n, __m512& even, __m512& odd) {
+  const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << n) - 1), p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// [out, in] bf16 weights: out[r, o] for o in [o0, o1), with xp the activation rows in PairOrder
+// (row stride `padded`, a multiple of 32, zeros past `in`).
+template <int R>
+void OutInRangeBF16(const float* xp, int64_t padded, int64_t in, const uint16_t* w, int64_t o0,
+                    int64_t o1, int64_t out_features, const float* bias, float* out) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const uint16_t* wr = w + o * in;
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 64 <= in; i += 64) {
+      __m512 wv[4];
+      LoadPairsBF16(wr + i, wv[0], wv[1]);
+      LoadPairsBF16(wr + i + 32, wv[2], wv[3]);
+      for (int r = 0; r < R; ++r) {
+        for (int u = 0; u < 4; ++u) {
+          acc[r][u] =
+              _mm512_fmadd_ps(wv[u], _mm512_loadu_ps(xp + r * padded + i + 16 * u), acc[r][u]);
+        }
+      }
+    }
+    for (; i < in; i += 32) {
+      __m512 even, odd;
+      LoadPairsBF16(wr + i, std::min<int64_t>(32, in - i), even, odd);
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] = _mm512_fmadd_ps(even, _mm512_loadu_ps(xp + r * padded + i), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp + r * padded + i + 16), acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 sum =
+          _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
+      out[r * out_features + o] = _mm512_reduce_add_ps(sum) + (bias ? bias[o] : 0.0f);
+    }
+  }
+}
+
+// [in, out] bf16 weights: partial[r, :] (PairOrder, row stride `padded`) += x[r, i + k] * W[i + k,
+// :] for k < K, K weight rows side by side, each row's terms added in order of i.
+template <int R, int K>
+void InOutRowsBF16(const float* x, int64_t in, const uint16_t* w, int64_t out_features,
+                   int64_t padded, int64_t i, float* partial) {
+  __m512 xs[R][K];
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) xs[r][k] = _mm512_set1_ps(x[r * in + i + k]);
+  }
+  const uint16_t* wr[K];
+  for (int k = 0; k < K; ++k) wr[k] = w + (i + k) * out_features;
+  for (int64_t c = 0; c < out_features; c += 32) {
+    const int64_t n = std::min<int64_t>(32, out_features - c);
+    __m512 even[K], odd[K];
+    for (int k = 0; k < K; ++k) {
+      if (n == 32) {
+        LoadPairsBF16(wr[k] + c, even[k], odd[k]);
+      } else {
+        LoadPairsBF16(wr[k] + c, n, even[k], odd[k]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float* p = partial + r * padded + c;
+      __m512 pe = _mm512_loadu_ps(p), po = _mm512_loadu_ps(p + 16);
+      for (int k = 0; k < K; ++k) {
+        pe = _mm512_fmadd_ps(even[k], xs[r][k], pe);
+        po = _mm512_fmadd_ps(odd[k], xs[r][k], po);
+      }
+      _mm512_storeu_ps(p, pe);
+      _mm512_storeu_ps(p + 16, po);
+    }
+  }
+}
+
+template <int R>
+void InOutRangeBF16(const float* x, int64_t in, const uint16_t* w, int64_t out_features,
+                    int64_t padded, int64_t i0, int64_t i1, float* partial) {
+  int64_t i = i0;
+  for (; i + 4 <= i1; i += 4) InOutRowsBF16<R, 4>(x, in, w, out_features, padded, i, partial);
+  for (; i < i1; ++i) InOutRowsBF16<R, 1>(x, in, w, out_features, padded, i, partial);
 }
 
 MANYSHOT_AVX512_END
@@ -147,6 +242,16 @@ int64_t ChunkBegin(int64_t n, int64_t unit, int64_t chunks, int64_t c) {
   return std::min(n, units * c / chunks * unit);
 }
 
+// bf16 weights take the PairOrder kernels where the build has AVX-512.
+template <typename W>
+constexpr bool kPairOrder = MANYSHOT_AVX512 && sizeof(W) == 2;
+
+// Where element j of a vector lies in PairOrder (blocks of 32: the even elements, then the odd).
+inline int64_t PairPosition(int64_t j) {
+  const int64_t q = j % 32;
+  return j - q + (q % 2 == 0 ? q / 2 : 16 + q / 2);
+}
+
 template <int R, typename W>
 void GemvTyped(ThreadPool& pool, const float* x, int64_t in, const W* w, WeightLayout layout,
                int64_t out_features, const float* bias, float* out) {
@@ -163,24 +268,43 @@ void GemvTyped(ThreadPool& pool, const float* x, int64_t in, const W* w, WeightL
   };
   if (layout == WeightLayout::kOutIn) {
     // Threads split the output rows: each streams its own contiguous block of W.
-    for_each_chunk([&](int64_t c) {
-      OutInRange<R>(x, in, w, ChunkBegin(out_features, 1, chunks, c),
-                    ChunkBegin(out_features, 1, chunks, c + 1), out_features, bias, out);
-    });
+    if constexpr (kPairOrder<W>) {
+      const int64_t padded = (in + 31) / 32 * 32;
+      std::vector<float> xp(static_cast<size_t>(R * padded), 0.0f);
+      for (int r = 0; r < R; ++r) {
+        for (int64_t i = 0; i < in; ++i) xp[r * padded + PairPosition(i)] = x[r * in + i];
+      }
+      for_each_chunk([&](int64_t c) {
+        OutInRangeBF16<R>(xp.data(), padded, in, w, ChunkBegin(out_features, 1, chunks, c),
+                          ChunkBegin(out_features, 1, chunks, c + 1), out_features, bias, out);
+      });
+    } else {
+      for_each_chunk([&](int64_t c) {
+        OutInRange<R>(x, in, w, ChunkBegin(out_features, 1, chunks, c),
+                      ChunkBegin(out_features, 1, chunks, c + 1), out_features, bias, out);
+      });
+    }
     return;
   }
   // Threads split the input rows (again one contiguous block of W each) into partial sums, which
   // are then added up; the partials are small (rows x out_features floats per thread).
-  std::vector<float> partials(static_cast<size_t>(chunks * R * out_features), 0.0f);
+  const int64_t padded = kPairOrder<W> ? (out_features + 31) / 32 * 32 : out_features;
+  std::vector<float> partials(static_cast<size_t>(chunks * R * padded), 0.0f);
   for_each_chunk([&](int64_t c) {
-    InOutRange<R>(x, in, w, out_features, ChunkBegin(in, 4, chunks, c),
-                  ChunkBegin(in, 4, chunks, c + 1), partials.data() + c * R * out_features);
+    const int64_t i0 = ChunkBegin(in, 4, chunks, c), i1 = ChunkBegin(in, 4, chunks, c + 1);
+    float* partial = partials.data() + c * R * padded;
+    if constexpr (kPairOrder<W>) {
+      InOutRangeBF16<R>(x, in, w, out_features, padded, i0, i1, partial);
+    } else {
+      InOutRange<R>(x, in, w, out_features, i0, i1, partial);
+    }
   });
   for (int r = 0; r < R; ++r) {
     float* o = out + r * out_features;
     for (int64_t j = 0; j < out_features; ++j) {
+      const int64_t at = kPairOrder<W> ? PairPosition(j) : j;
       float sum = bias ? bias[j] : 0.0f;
-      for (int64_t c = 0; c < chunks; ++c) sum += partials[(c * R + r) * out_features + j];
+      for (int64_t c = 0; c < chunks; ++c) sum += partials[(c * R + r) * padded + at];
       o[j] = sum;
     }
   }

@@ -104,11 +104,13 @@ class CpuLinearWeightsTest : public ::testing::Test {
 std::vector<Problem> Problems() {
   std::vector<Problem> problems;
   // Rows 1..4 take the GEMV kernels, 5 and 9 sgemm. Sizes cover the vector tails (in or out not
-  // a multiple of 16 or 64, a single output) and, at 768 x 3072, the threaded split.
+  // a multiple of 16, 32 (bf16 weights are read 32 at a time) or 64, a single output) and the
+  // threaded split: 768 x 3072, and 1030 x 515 (over the serial limit in bf16 too) where the
+  // threads' shares and every tail are uneven.
   for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{9}}) {
     for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
       for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{
-               {7, 1}, {64, 33}, {100, 300}, {131, 67}, {768, 3072}}) {
+               {7, 1}, {64, 33}, {100, 300}, {131, 67}, {768, 3072}, {1030, 515}}) {
         problems.push_back({rows, in, out, layout, (in + out + rows) % 2 == 0});
       }
     }
