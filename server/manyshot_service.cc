@@ -262,6 +262,7 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   }
   model->set_fingerprint(parts_.model->fingerprint());
   model->set_random_weights(parts_.model->random_weights);
+  model->set_weights_note(parts_.model->weights_note);
   model->set_tokenizer_kind(parts_.model->tokenizer->kind());
   model->set_tokenizer_fingerprint(parts_.model->tokenizer->fingerprint());
 

@@ -4,13 +4,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
+#include "engine/model/induction_model.h"
 #include "engine/model/t5_config.h"
+#include "nlohmann/json.hpp"
 #include "server/dtype_flag.h"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +37,20 @@ absl::Status SyncPath(const fs::path& path, bool directory) {
         absl::StrCat("fsync ", path.string(), ": ", std::generic_category().message(err)));
   }
   return absl::OkStatus();
+}
+
+// Says at startup what a generated model's marker says: a warning when the weights are random.
+void LogModelMarker(const fs::path& model_dir, const ModelMarker& marker) {
+  if (marker.file.empty()) return;
+  if (marker.random_weights) {
+    spdlog::warn(
+        "the model in {} has RANDOM weights ({}: \"{}\"): it exercises the whole service, but its "
+        "answers are meaningless. Pass --model_dir=DIR to serve a trained Hugging Face model.",
+        model_dir.string(), marker.file, marker.note);
+  } else {
+    spdlog::info("the model in {} was written by a manyshot tool ({}): {}", model_dir.string(),
+                 marker.file, marker.note);
+  }
 }
 
 bool HasTokenizerFiles(const fs::path& dir) {
@@ -122,6 +139,33 @@ TinyModelSpec DefaultModelSpec() {
   return spec;
 }
 
+absl::StatusOr<ModelMarker> ReadModelMarker(const fs::path& model_dir) {
+  struct Known {
+    const char* file;
+    bool random_weights;
+  };
+  static constexpr Known kKnown[] = {{kTinyModelMarker, true}, {kInductionModelMarker, false}};
+  for (const Known& known : kKnown) {
+    const fs::path path = model_dir / known.file;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    std::ifstream in(path);
+    const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const auto note = json.is_object() ? json.find("note") : json.end();
+    if (note == json.end() || !note->is_string()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the model marker ", path.string(),
+                       " is not a JSON object with a string \"note\" saying what the model is"));
+    }
+    ModelMarker marker;
+    marker.file = known.file;
+    marker.random_weights = known.random_weights;
+    marker.note = note->get<std::string>();
+    return marker;
+  }
+  return ModelMarker{};
+}
+
 absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs::path& data_dir) {
   std::error_code ec;
   fs::path model_dir;
@@ -144,7 +188,10 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
   const auto start = std::chrono::steady_clock::now();
   LoadedModel loaded;
   loaded.path = model_dir;
-  loaded.random_weights = fs::exists(model_dir / kTinyModelMarker, ec);
+  auto marker = ReadModelMarker(model_dir);
+  if (!marker.ok()) return marker.status();
+  loaded.random_weights = marker->random_weights;
+  loaded.weights_note = marker->note;
   BackendKind kind;
   if (config.backend.empty()) {
     kind = DefaultBackendKind(&loaded.backend_selection);
@@ -209,11 +256,7 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
         model_dir.string(), c.num_layers, c.num_decoder_layers, c.d_model, c.num_heads, c.d_kv,
         c.vocab_size, std::string(DTypeName(loaded.t5->compute_dtype())), loaded.t5->fingerprint(),
         loaded.tokenizer->kind(), loaded.tokenizer->fingerprint(), loaded.backend->description());
-    if (loaded.random_weights) {
-      spdlog::warn(
-          "the model in {} has RANDOM weights ({} is present): its answers are meaningless",
-          model_dir.string(), kTinyModelMarker);
-    }
+    LogModelMarker(model_dir, *marker);
     return loaded;
   }
   auto transformer = Transformer::Load(model_dir, *loaded.backend, options);
@@ -253,12 +296,7 @@ absl::StatusOr<LoadedModel> LoadServedModel(const ServerConfig& config, const fs
       std::string(DTypeName(loaded.transformer->compute_dtype())),
       std::string(DTypeName(loaded.transformer->kv_dtype())), loaded.transformer->fingerprint(),
       loaded.tokenizer->kind(), loaded.tokenizer->fingerprint(), loaded.backend->description());
-  if (loaded.random_weights) {
-    spdlog::warn(
-        "the model in {} has RANDOM weights ({} is present): it exercises the whole service, but "
-        "its answers are meaningless. Pass --model_dir=DIR to serve a trained Hugging Face model.",
-        model_dir.string(), kTinyModelMarker);
-  }
+  LogModelMarker(model_dir, *marker);
   return loaded;
 }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/core/backend.h"
@@ -30,6 +31,10 @@ struct LoadedModel {
   // True when the directory holds the tiny-model marker (manyshot_tiny_model.json): the weights
   // were generated at random and the model's answers mean nothing.
   bool random_weights = false;
+  // What the marker left by the manyshot tool that wrote the model says its weights are (its
+  // "note"), e.g. the hand-built induction model's; empty for a model without a marker (a
+  // checkpoint from elsewhere). ReadModelMarker reads it.
+  std::string weights_note;
 
   bool encoder_decoder() const { return t5 != nullptr; }
   // "decoder-only" or "encoder-decoder" (GetServerInfo, logs, metrics).
@@ -47,6 +52,19 @@ struct LoadedModel {
 inline constexpr char kDefaultModelSubdir[] = "models/default-gpt2-tiny";
 // The name of the marker file that WriteTinyModel leaves in every generated model.
 inline constexpr char kTinyModelMarker[] = "manyshot_tiny_model.json";
+
+// What the marker file left by a manyshot model generator says about the weights.
+struct ModelMarker {
+  std::string file;             // kTinyModelMarker or kInductionModelMarker; empty: no marker
+  bool random_weights = false;  // the tiny models' weights are random, the induction model's not
+  std::string note;             // the marker's "note": what the weights are
+};
+
+// Reads the marker in `model_dir`, the same way for every generator's marker (kTinyModelMarker:
+// make-tiny-model, make-tiny-t5 and the default model; kInductionModelMarker:
+// make-induction-model). No marker: an empty ModelMarker. A marker that is not a JSON object
+// with a string "note" is an error naming the file.
+absl::StatusOr<ModelMarker> ReadModelMarker(const std::filesystem::path& model_dir);
 
 // The default model: family gpt2, the real GPT-2 vocabulary (50257), hidden 128, 4 layers,
 // 4 heads, intermediate 512, 1024 positions, f32, a fixed seed.

@@ -253,7 +253,7 @@ absl::Status WriteInductionModel(const InductionModelSpec& spec,
   js["seed"] = spec.seed;
   js["dtype"] = std::string(DTypeName(spec.dtype));
   marker["spec"] = js;
-  return WriteModelDirectory(*config, *tensors, /*shards=*/1, "manyshot_induction_model.json",
+  return WriteModelDirectory(*config, *tensors, /*shards=*/1, kInductionModelMarker,
                              marker.dump(2) + "\n", tokenizer_dir, out_dir);
 }
 

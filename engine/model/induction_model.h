@@ -59,8 +59,12 @@ absl::StatusOr<ModelConfig> InductionModelConfig(const InductionModelSpec& spec)
 // The tensors, named and shaped as ExpectedTensors(InductionModelConfig(spec)) says.
 absl::StatusOr<std::vector<TensorToWrite>> InductionModelTensors(const InductionModelSpec& spec);
 
+// The marker file WriteInductionModel leaves in the model directory: JSON whose "note" says what
+// the model is (the server reports it: server/model_loader.h, ReadModelMarker).
+inline constexpr char kInductionModelMarker[] = "manyshot_induction_model.json";
+
 // Writes the model directory (config, weights, tokenizer files copied from tokenizer_dir, and the
-// marker manyshot_induction_model.json saying what the model is). Deterministic: the same spec
+// marker kInductionModelMarker saying what the model is). Deterministic: the same spec
 // gives byte-identical files.
 absl::Status WriteInductionModel(const InductionModelSpec& spec,
                                  const std::filesystem::path& tokenizer_dir,

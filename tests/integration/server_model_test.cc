@@ -55,6 +55,8 @@ TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
     EXPECT_EQ(m.model_type(), "gpt2");
     EXPECT_EQ(m.vocab_size(), 50257u);
     EXPECT_TRUE(m.random_weights());
+    EXPECT_EQ(m.weights_note(),
+              "manyshot tiny model: RANDOM weights for tests, not a trained model");
     EXPECT_EQ(m.layers(), 4u);
     EXPECT_EQ(m.hidden_size(), 128u);
     EXPECT_EQ(m.heads(), 4u);
@@ -97,6 +99,53 @@ TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
   EXPECT_EQ(fs::last_write_time(model_dir / "model.safetensors"), weights_mtime);
   EXPECT_NE(again.Stderr().find("reusing the default model"), std::string::npos) << again.Stderr();
   StopCleanly(again);
+}
+
+// The hand-built induction model (make-induction-model) has config.json model_type "llama": the
+// server reports what its marker says it is, not a Llama model, and not random weights.
+TEST(ServerModelTest, InductionModelIsReportedAsHandBuilt) {
+  TempDir dir;
+  const fs::path model_dir = dir.path() / "induction";
+  CommandResult written =
+      RunCommand({(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-induction-model").string(),
+                  "--out=" + model_dir.string(), "--tokenizer_dir=" MANYSHOT_GPT2_TOKENIZER_DIR,
+                  "--max_position_embeddings=256"},
+                 dir.path(), std::chrono::seconds(120));
+  ASSERT_EQ(written.exit_status, 0) << written.err;
+  ASSERT_TRUE(fs::is_regular_file(model_dir / "manyshot_induction_model.json"));
+  ServerUnderTest server(dir.path() / "data", {"--threads=1", "--model_dir=" + model_dir.string()});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  const v1::ModelInfo m = GetInfo(server).model();
+  EXPECT_EQ(m.model_type(), "llama");  // the architecture of config.json
+  EXPECT_FALSE(m.random_weights());
+  EXPECT_EQ(m.weights_note().rfind("manyshot induction model: weights written by hand", 0), 0u)
+      << m.weights_note();
+  EXPECT_NE(m.weights_note().find("not a trained language model"), std::string::npos)
+      << m.weights_note();
+  EXPECT_NE(server.Stderr().find("was written by a manyshot tool (manyshot_induction_model.json): "
+                                 "manyshot induction model"),
+            std::string::npos)
+      << server.Stderr();
+  EXPECT_EQ(server.Stderr().find("RANDOM weights"), std::string::npos) << server.Stderr();
+  StopCleanly(server);
+}
+
+// A marker that does not say what the model is stops the start, naming the file.
+TEST(ServerModelTest, UnreadableMarkerExitsOneNamingIt) {
+  TempDir dir;
+  const fs::path data = dir.path() / "data";
+  {
+    ServerUnderTest server(data, {});
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    StopCleanly(server);
+  }
+  const fs::path copy = dir.path() / "copy";
+  fs::copy(data / "models" / "default-gpt2-tiny", copy);
+  std::ofstream(copy / "manyshot_tiny_model.json", std::ios::trunc) << "{\"spec\": 1";
+  CommandResult result = RunServer(dir.path(), {"--model_dir=" + copy.string()});
+  EXPECT_EQ(result.exit_status, 1);
+  EXPECT_NE(result.err.find((copy / "manyshot_tiny_model.json").string()), std::string::npos)
+      << result.err;
 }
 
 TEST(ServerModelTest, MissingModelDirExitsOneNamingIt) {
