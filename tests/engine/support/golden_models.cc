@@ -79,12 +79,6 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
   return dir;
 }
 
-bool UsesAlibi(const std::string& name) {
-  auto config = ParseModelConfig(GoldenModelDir(name) / "config.json");
-  EXPECT_TRUE(config.ok()) << config.status();
-  return config.ok() && TraitsOf(config->architecture).position == PositionKind::kAlibi;
-}
-
 CpuBackend& TestBackend() {
   static CpuBackend backend(2);
   return backend;

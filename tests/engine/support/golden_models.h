@@ -49,9 +49,6 @@ inline void PrintTo(const ModelOnBackend& p, std::ostream* os) {
 std::vector<ModelOnBackend> GoldenModelsOn(const std::string& backend);
 std::string ModelOnBackendName(const ::testing::TestParamInfo<ModelOnBackend>& info);
 
-// Whether the golden's model uses ALiBi attention (BLOOM).
-bool UsesAlibi(const std::string& name);
-
 // Skips (reporting why) when the backend cannot run here; model() is the golden on it.
 class ModelBackendTest : public ::testing::TestWithParam<ModelOnBackend> {
  protected:
