@@ -249,6 +249,7 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
     model->set_kv_heads(static_cast<uint32_t>(c.num_heads));
     model->set_head_dim(static_cast<uint32_t>(c.d_kv));
     model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
+    model->set_held_weight_dtype(std::string(DTypeName(parts_.model->t5->compute_dtype())));
   } else {
     const ModelConfig& c = parts_.model->transformer->config();
     model->set_layers(static_cast<uint32_t>(c.num_layers));
@@ -259,6 +260,7 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
     model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
     model->set_context_length(static_cast<uint32_t>(c.max_position_embeddings));
     model->set_weight_dtype(std::string(DTypeName(parts_.model->transformer->stored_dtype())));
+    model->set_held_weight_dtype(std::string(DTypeName(parts_.model->transformer->weight_dtype())));
   }
   model->set_fingerprint(parts_.model->fingerprint());
   model->set_random_weights(parts_.model->random_weights);

@@ -59,6 +59,10 @@ TEST(T5ServerTest, ServesAT5DirectoryAsEncoderDecoderThroughTheCli) {
   ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.model().model_type(), "t5");
   EXPECT_TRUE(info.model().encoder_decoder());
+  // T5 holds its weights in the compute dtype; the on-disk dtype is not reported for it.
+  EXPECT_EQ(info.model().held_weight_dtype(), info.backend().compute_dtype());
+  EXPECT_EQ(info.model().held_weight_dtype(), "f32");
+  EXPECT_EQ(info.model().weight_dtype(), "");
   const HttpResponse metrics = HttpGet(server.metrics_port(), "/metrics");
   EXPECT_NE(
       metrics.body.find(R"(manyshot_model_info{architecture="encoder-decoder",model_type="t5"} 1)"),

@@ -1,6 +1,7 @@
 // --weight_dtype: the server holds a decoder-only model's matrix weights in bf16 when asked (the
-// log and the model fingerprint say so), refuses a dtype the backend cannot widen in its kernels,
-// and refuses a name that is not a dtype, each stopping the start with a message naming the flag.
+// log, GetServerInfo's held_weight_dtype and the model fingerprint say so), refuses a dtype the
+// backend cannot widen in its kernels, and refuses a name that is not a dtype, each stopping the
+// start with a message naming the flag.
 #include <signal.h>
 
 #include <filesystem>
@@ -14,13 +15,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Fingerprint(const ServerUnderTest& server) {
+v1::ModelInfo GetModelInfo(const ServerUnderTest& server) {
   auto stub = v1::ManyShot::NewStub(server.Channel());
   grpc::ClientContext context;
   v1::ServerInfo info;
   grpc::Status status = stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
   EXPECT_TRUE(status.ok()) << status.error_message();
-  return info.model().fingerprint();
+  return info.model();
 }
 
 void StopCleanly(ServerUnderTest& server) {
@@ -44,15 +45,22 @@ TEST(WeightDtypeFlagTest, Bf16WeightsAreHeldAndReported) {
   {
     ServerUnderTest server(data, {"--threads=1"});
     ASSERT_TRUE(server.started()) << server.Stderr();
-    wide = Fingerprint(server);
+    const v1::ModelInfo m = GetModelInfo(server);
+    wide = m.fingerprint();
+    EXPECT_EQ(m.weight_dtype(), "f32");  // the default model's checkpoint is f32
+    EXPECT_EQ(m.held_weight_dtype(), "f32");
     EXPECT_NE(server.Stderr().find("held as f32"), std::string::npos) << server.Stderr();
     StopCleanly(server);
   }
   ServerUnderTest narrow(data, {"--threads=1", "--weight_dtype=bf16"});
   ASSERT_TRUE(narrow.started()) << narrow.Stderr();
   EXPECT_NE(narrow.Stderr().find("held as bf16"), std::string::npos) << narrow.Stderr();
+  const v1::ModelInfo m = GetModelInfo(narrow);
+  // Stored f32 on disk, held as bf16 in memory: GetServerInfo says both.
+  EXPECT_EQ(m.weight_dtype(), "f32");
+  EXPECT_EQ(m.held_weight_dtype(), "bf16");
   // Same model, other weights in memory: the fingerprint (which keys cached KV) must differ.
-  const std::string narrow_fingerprint = Fingerprint(narrow);
+  const std::string narrow_fingerprint = m.fingerprint();
   EXPECT_NE(narrow_fingerprint, wide);
   EXPECT_EQ(narrow_fingerprint.rfind(wide, 0), 0u) << narrow_fingerprint << " vs " << wide;
   StopCleanly(narrow);
