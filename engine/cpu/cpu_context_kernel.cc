@@ -51,17 +51,6 @@ void LoadTile(const Tensor& src, int64_t kv_head, int64_t j0, int64_t count, flo
   }
 }
 
-// Keys [j0, j0 + count) of every kv head, read in memory order (one sequential stream, which the
-// hardware prefetchers follow), into per-head tiles dst[head][key] of `tile_keys` rows of dim.
-void LoadAllHeads(const Tensor& src, int64_t j0, int64_t count, int64_t tile_keys, float* dst) {
-  const int64_t kv_heads = src.dim(1), dim = src.dim(2);
-  for (int64_t j = 0; j < count; ++j) {
-    for (int64_t g = 0; g < kv_heads; ++g) {
-      WidenRow(src, ((j0 + j) * kv_heads + g) * dim, dim, dst + (g * tile_keys + j) * dim);
-    }
-  }
-}
-
 // Each key row of one head is a short piece of a long stride (kv_heads of them per key), which the
 // hardware prefetchers do not follow: the next tile's rows are prefetched into L2 explicitly,
 // a few keys at a time while this tile's scores are computed, so the requests spread over the
@@ -321,13 +310,13 @@ void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_
   }
 }
 
-// Prefetches keys [from, to) of every kv head of f32 K and V (one contiguous range each) into L2
-// in `calls` even slices, one per call.
+// Prefetches keys [from, to) of every kv head of K and V (one contiguous range each) into L2 in
+// `calls` even slices, one per call.
 class NextTilePrefetch {
  public:
   NextTilePrefetch(const Tensor& k, const Tensor& v, int64_t from, int64_t to, int64_t calls)
       : k_(static_cast<const char*>(k.raw())), v_(static_cast<const char*>(v.raw())) {
-    const int64_t row_bytes = k.dim(1) * k.dim(2) * static_cast<int64_t>(sizeof(float));
+    const int64_t row_bytes = k.dim(1) * k.dim(2) * static_cast<int64_t>(DTypeSize(k.dtype()));
     at_ = from * row_bytes;
     end_ = std::max(at_, to * row_bytes);
     slice_ = ((end_ - at_) / calls + 63) / 64 * 64;
@@ -435,35 +424,34 @@ void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, in
     p.sum.assign(static_cast<size_t>(kv_heads * padded), 0.0f);
     Tiles& t = tiles[thread];
     if (!in_place) {
-      t.k.resize(static_cast<size_t>(kv_heads * kSplitKeys * dim));
+      t.k.resize(static_cast<size_t>(kSplitKeys * dim));
       t.v.resize(t.k.size());
     }
     t.scores.resize(static_cast<size_t>(kSplitKeys * kRows));
     const int64_t end = std::min(len, (c + 1) * chunk);
     for (int64_t j0 = c * chunk; j0 < end; j0 += kSplitKeys) {
       const int64_t count = std::min(kSplitKeys, end - j0);
-      if (in_place) {
-        // f32 K/V are read where they are (a copy would only add a write and a read per byte);
-        // the next tile, one contiguous range of every head's rows, is prefetched into L2 in
-        // even slices while this tile is folded.
-        NextTilePrefetch next(k, v, j0 + count, std::min(end, j0 + count + kSplitKeys),
-                              kv_heads * std::max<int64_t>(1, count / 8));
-        for (int64_t g = 0; g < kv_heads; ++g) {
-          FoldTile(k.data<float>() + (j0 * kv_heads + g) * dim, kv_ld,
-                   v.data<float>() + (j0 * kv_heads + g) * dim, kv_ld, count,
-                   q_t.data() + g * blocks * dim * kRows, rows, dim, t.scores.data(),
-                   p.o.data() + g * padded * dim, p.max.data() + g * padded,
-                   p.sum.data() + g * padded, next);
-        }
-        continue;
-      }
-      LoadAllHeads(k, j0, count, kSplitKeys, t.k.data());
-      LoadAllHeads(v, j0, count, kSplitKeys, t.v.data());
+      // The next tile, one contiguous range of every head's rows, is prefetched into L2 in even
+      // slices while this tile is folded. f32 K/V are then read where they are (a copy would
+      // only add a write and a read per byte); 16-bit K/V are widened one head at a time from
+      // L2 into a small f32 tile that stays in L1.
+      NextTilePrefetch next(k, v, j0 + count, std::min(end, j0 + count + kSplitKeys),
+                            kv_heads * std::max<int64_t>(1, count / 8));
       for (int64_t g = 0; g < kv_heads; ++g) {
-        FoldTile(t.k.data() + g * kSplitKeys * dim, dim, t.v.data() + g * kSplitKeys * dim, dim,
-                 count, q_t.data() + g * blocks * dim * kRows, rows, dim, t.scores.data(),
-                 p.o.data() + g * padded * dim, p.max.data() + g * padded,
-                 p.sum.data() + g * padded, [](int64_t) {});
+        const float* k_rows = t.k.data();
+        const float* v_rows = t.v.data();
+        int64_t ld = dim;
+        if (in_place) {
+          k_rows = k.data<float>() + (j0 * kv_heads + g) * dim;
+          v_rows = v.data<float>() + (j0 * kv_heads + g) * dim;
+          ld = kv_ld;
+        } else {
+          LoadTile(k, g, j0, count, t.k.data());
+          LoadTile(v, g, j0, count, t.v.data());
+        }
+        FoldTile(k_rows, ld, v_rows, ld, count, q_t.data() + g * blocks * dim * kRows, rows, dim,
+                 t.scores.data(), p.o.data() + g * padded * dim, p.max.data() + g * padded,
+                 p.sum.data() + g * padded, next);
       }
     }
   });
