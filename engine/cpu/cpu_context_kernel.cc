@@ -67,30 +67,31 @@ inline void PrefetchKeys(const Tensor& t, int64_t kv_head, int64_t j, int64_t n,
 }
 
 // acc[key][h] = the logits of KB keys (k rows of dim values, k_ld apart) against a transposed,
-// pre-scaled query block q_t [dim, 32]: rows 16 h .. 16 h + 15.
-template <int KB>
+// pre-scaled query block q_t [dim, 32]: rows 16 h .. 16 h + 15 for the block's RV vectors of rows
+// (a block of at most 16 rows is one vector: the second would be all padding).
+template <int KB, int RV>
 inline void KeyLogits(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
-                      __m512 (&acc)[KB][2]) {
-  for (int kb = 0; kb < KB; ++kb) acc[kb][0] = acc[kb][1] = _mm512_setzero_ps();
+                      __m512 (&acc)[KB][RV]) {
+  for (int kb = 0; kb < KB; ++kb) {
+    for (int h = 0; h < RV; ++h) acc[kb][h] = _mm512_setzero_ps();
+  }
   for (int64_t d = 0; d < dim; ++d) {
-    const __m512 q0 = _mm512_loadu_ps(q_t + d * kRows);
-    const __m512 q1 = _mm512_loadu_ps(q_t + d * kRows + 16);
+    __m512 q[RV];
+    for (int h = 0; h < RV; ++h) q[h] = _mm512_loadu_ps(q_t + d * kRows + 16 * h);
     for (int kb = 0; kb < KB; ++kb) {
       const __m512 kd = _mm512_set1_ps(k[kb * k_ld + d]);
-      acc[kb][0] = _mm512_fmadd_ps(kd, q0, acc[kb][0]);
-      acc[kb][1] = _mm512_fmadd_ps(kd, q1, acc[kb][1]);
+      for (int h = 0; h < RV; ++h) acc[kb][h] = _mm512_fmadd_ps(kd, q[h], acc[kb][h]);
     }
   }
 }
 
-// scores[key, 0..32) for KB keys: the logits as they are.
-template <int KB>
+// scores[key, 0..16 RV) for KB keys: the logits as they are.
+template <int KB, int RV>
 inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_t, float* scores) {
-  __m512 acc[KB][2];
-  KeyLogits<KB>(k, k_ld, dim, q_t, acc);
+  __m512 acc[KB][RV];
+  KeyLogits<KB, RV>(k, k_ld, dim, q_t, acc);
   for (int kb = 0; kb < KB; ++kb) {
-    _mm512_storeu_ps(scores + kb * kRows, acc[kb][0]);
-    _mm512_storeu_ps(scores + kb * kRows + 16, acc[kb][1]);
+    for (int h = 0; h < RV; ++h) _mm512_storeu_ps(scores + kb * kRows + 16 * h, acc[kb][h]);
   }
 }
 
@@ -99,23 +100,23 @@ inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_
 // partial sum (at most e^8 per key) far from f32 overflow and its rounding relative.
 constexpr float kMaxSlack = 8.0f;
 
-// scores[key, 0..32) = exp(logit - max) for KB keys, added to sum, when no logit exceeds its
+// scores[key, 0..16 RV) = exp(logit - max) for KB keys, added to sum, when no logit exceeds its
 // row's limit (max + kMaxSlack); otherwise returns false having written nothing that counts (the
 // caller redoes the tile with a raised maximum). Keeps the max pass and a store and reload of
 // every logit out of the common case, where the running maximum is already (nearly) the maximum.
-template <int KB>
+template <int KB, int RV>
 inline bool ScoreKeysExp(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
-                         const __m512 (&max)[2], const __m512 (&limit)[2], float* scores,
-                         __m512 (&sum)[2]) {
-  __m512 acc[KB][2];
-  KeyLogits<KB>(k, k_ld, dim, q_t, acc);
+                         const __m512 (&max)[RV], const __m512 (&limit)[RV], float* scores,
+                         __m512 (&sum)[RV]) {
+  __m512 acc[KB][RV];
+  KeyLogits<KB, RV>(k, k_ld, dim, q_t, acc);
   __mmask16 over = 0;
   for (int kb = 0; kb < KB; ++kb) {
-    for (int h = 0; h < 2; ++h) over |= _mm512_cmp_ps_mask(acc[kb][h], limit[h], _CMP_GT_OQ);
+    for (int h = 0; h < RV; ++h) over |= _mm512_cmp_ps_mask(acc[kb][h], limit[h], _CMP_GT_OQ);
   }
   if (over != 0) return false;
   for (int kb = 0; kb < KB; ++kb) {
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < RV; ++h) {
       const __m512 e = simd512::Exp(_mm512_sub_ps(acc[kb][h], max[h]));
       _mm512_storeu_ps(scores + kb * kRows + 16 * h, e);
       sum[h] = _mm512_add_ps(sum[h], e);
@@ -197,46 +198,43 @@ void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const flo
   }
 }
 
-// Folds a tile's scores [count, kRows] into the block's running max / sum and rescales its output
-// rows; leaves exp(score - new max) in `scores`. The 32 rows are two vectors throughout.
+// Folds a tile's scores [count, kRows] (the first 16 RV rows used) into the block's running max /
+// sum and rescales its output rows; leaves exp(score - new max) in `scores`.
+template <int RV>
 void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* o, int64_t dim,
                    int64_t rows) {
-  static_assert(kRows == 32, "two vectors of rows");
-  // Two keys per step into four running maxima: one chain per vector of rows would make the pass
+  // Two keys per step into 2 RV running maxima: one chain per vector of rows would make the pass
   // as long as count dependent max latencies. The max is exact in any order.
-  __m512 tile_max[4];
-  for (__m512& m : tile_max) m = _mm512_set1_ps(kNegInf);
+  __m512 tile_max[2][RV];
+  for (auto& per_key : tile_max) {
+    for (__m512& m : per_key) m = _mm512_set1_ps(kNegInf);
+  }
   int64_t key = 0;
-  for (; key + 2 <= count; key += 2) {
-    for (int h = 0; h < 4; ++h) {
-      tile_max[h] = _mm512_max_ps(tile_max[h], _mm512_loadu_ps(scores + key * kRows + 16 * h));
-    }
-  }
   for (; key < count; ++key) {
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = _mm512_max_ps(tile_max[h], _mm512_loadu_ps(scores + key * kRows + 16 * h));
+    for (int h = 0; h < RV; ++h) {
+      tile_max[key & 1][h] =
+          _mm512_max_ps(tile_max[key & 1][h], _mm512_loadu_ps(scores + key * kRows + 16 * h));
     }
   }
-  for (int h = 0; h < 2; ++h) tile_max[h] = _mm512_max_ps(tile_max[h], tile_max[2 + h]);
-  __m512 new_max[2], tile_sum[2];
+  __m512 new_max[RV], tile_sum[RV];
   alignas(64) float correction[kRows];
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < RV; ++h) {
     const __m512 old_max = _mm512_loadu_ps(max + 16 * h);
-    new_max[h] = _mm512_max_ps(old_max, tile_max[h]);
+    new_max[h] = _mm512_max_ps(old_max, _mm512_max_ps(tile_max[0][h], tile_max[1][h]));
     // First tile: exp(-inf) = 0.
     _mm512_store_ps(correction + 16 * h, simd512::Exp(_mm512_sub_ps(old_max, new_max[h])));
     _mm512_storeu_ps(max + 16 * h, new_max[h]);
     tile_sum[h] = _mm512_setzero_ps();
   }
   for (int64_t j = 0; j < count; ++j) {
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < RV; ++h) {
       float* sj = scores + j * kRows + 16 * h;
       const __m512 e = simd512::Exp(_mm512_sub_ps(_mm512_loadu_ps(sj), new_max[h]));
       _mm512_storeu_ps(sj, e);
       tile_sum[h] = _mm512_add_ps(tile_sum[h], e);
     }
   }
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < RV; ++h) {
     const __m512 c = _mm512_load_ps(correction + 16 * h);
     _mm512_storeu_ps(sum + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16 * h), c, tile_sum[h]));
   }
@@ -246,42 +244,61 @@ void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* 
   }
 }
 
-// The scores of a tile's keys for one 32-row block as exp(logit - the rows' running maximum),
-// their sum added to `sum`, when no logit exceeds its row's maximum by more than kMaxSlack (the
-// maximum then stays, and the block's output needs no rescaling); false otherwise, with `sum`
-// untouched. The first tile of a block (maximum -inf) always returns false. prefetch(j) runs
-// after the scores of keys [j, j + 8).
-template <typename Prefetch>
+// The scores of a tile's keys for one block of 16 RV rows as exp(logit - the rows' running
+// maximum), their sum added to `sum`, when no logit exceeds its row's maximum by more than
+// kMaxSlack (the maximum then stays, and the block's output needs no rescaling); false otherwise,
+// with `sum` untouched. The first tile of a block (maximum -inf) always returns false.
+// prefetch(j) runs after the scores of keys [j, j + 8).
+template <int RV, typename Prefetch>
 bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float* q_t, int64_t dim,
                        const float* max, float* sum, float* scores, Prefetch&& prefetch) {
-  __m512 m[2], limit[2], tile_sum[2];
-  for (int h = 0; h < 2; ++h) {
+  __m512 m[RV], limit[RV], tile_sum[RV];
+  for (int h = 0; h < RV; ++h) {
     m[h] = _mm512_loadu_ps(max + 16 * h);
     limit[h] = _mm512_add_ps(m[h], _mm512_set1_ps(kMaxSlack));
     tile_sum[h] = _mm512_setzero_ps();
   }
   int64_t j = 0;
   for (; j + 8 <= count; j += 8) {
-    if (!ScoreKeysExp<8>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows, tile_sum)) {
+    if (!ScoreKeysExp<8, RV>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows,
+                             tile_sum)) {
       return false;
     }
     prefetch(j);
   }
   for (; j < count; ++j) {
-    if (!ScoreKeysExp<1>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows, tile_sum)) {
+    if (!ScoreKeysExp<1, RV>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows,
+                             tile_sum)) {
       return false;
     }
   }
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < RV; ++h) {
     _mm512_storeu_ps(sum + 16 * h, _mm512_add_ps(_mm512_loadu_ps(sum + 16 * h), tile_sum[h]));
   }
   return true;
 }
 
+// One block of 16 RV rows (block_rows of them real) against one tile: ExpScoresUnderMax, or the
+// logits and the online softmax with a raised maximum; then P·V.
+template <int RV, typename Prefetch>
+void FoldBlock(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
+               const float* qb, int64_t block_rows, int64_t dim, float* scores, float* ob,
+               float* mb, float* sb, Prefetch&& prefetch) {
+  if (!ExpScoresUnderMax<RV>(k, k_ld, count, qb, dim, mb, sb, scores, prefetch)) {
+    int64_t j = 0;
+    for (; j + 8 <= count; j += 8) {
+      ScoreKeys<8, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+      prefetch(j);
+    }
+    for (; j < count; ++j) ScoreKeys<1, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+    OnlineSoftmax<RV>(scores, count, mb, sb, ob, dim, block_rows);
+  }
+  AccumulateBlockAnyDim(dim, scores, count, v, v_ld, ob, block_rows);
+}
+
 // Folds one tile of count keys (f32 K and V rows of dim values, k_ld and v_ld apart) into the
-// state of every 32-row block of `rows` rows: scores against the transposed query blocks q_t, the
-// softmax (ExpScoresUnderMax, or the online softmax with a raised maximum), P·V. prefetch(j)
-// runs after the scores of keys [j, j + 8) of the first block.
+// state of every 32-row block of `rows` rows (a last block of at most 16 rows as one vector):
+// prefetch(j) runs after the scores of keys [j, j + 8) of the first block.
 template <typename Prefetch>
 void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
               const float* q_t, int64_t rows, int64_t dim, float* scores, float* o, float* max,
@@ -294,19 +311,17 @@ void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_
     float* ob = o + b * kRows * dim;
     float* mb = max + b * kRows;
     float* sb = sum + b * kRows;
-    const bool under_max =
-        b == 0 ? ExpScoresUnderMax(k, k_ld, count, qb, dim, mb, sb, scores, prefetch)
-               : ExpScoresUnderMax(k, k_ld, count, qb, dim, mb, sb, scores, no_prefetch);
-    if (!under_max) {
-      int64_t j = 0;
-      for (; j + 8 <= count; j += 8) {
-        ScoreKeys<8>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
-        if (b == 0) prefetch(j);
+    if (block_rows <= 16) {
+      if (b == 0) {
+        FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, prefetch);
+      } else {
+        FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, no_prefetch);
       }
-      for (; j < count; ++j) ScoreKeys<1>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
-      OnlineSoftmax(scores, count, mb, sb, ob, dim, block_rows);
+    } else if (b == 0) {
+      FoldBlock<2>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, prefetch);
+    } else {
+      FoldBlock<2>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, no_prefetch);
     }
-    AccumulateBlockAnyDim(dim, scores, count, v, v_ld, ob, block_rows);
   }
 }
 
