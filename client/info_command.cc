@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <string>
 
 #include "client/commands.h"
 #include "google/protobuf/util/json_util.h"
@@ -37,6 +38,16 @@ int RunInfo(const CliContext& cli) {
           m.kv_heads(), m.vocab_size(), m.context_length(),
           m.random_weights() ? "  [RANDOM WEIGHTS: answers are meaningless]" : "");
     }
+    // What the weights are (the note of the tool that wrote them) and the dtype they are stored
+    // in on disk and held in in memory (--weight_dtype).
+    std::string weights = m.weights_note();
+    if (!m.weight_dtype().empty() || !m.held_weight_dtype().empty()) {
+      if (!weights.empty()) weights += "; ";
+      weights += "stored " + (m.weight_dtype().empty() ? std::string("-") : m.weight_dtype()) +
+                 ", held " +
+                 (m.held_weight_dtype().empty() ? std::string("-") : m.held_weight_dtype());
+    }
+    if (!weights.empty()) std::printf("weights     %s\n", weights.c_str());
   } else {
     std::printf("model       (none loaded)\n");
   }

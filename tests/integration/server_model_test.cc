@@ -79,6 +79,11 @@ TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
         RunCommand({CliBinary(), "--server=" + server.address(), "info"}, dir.path());
     EXPECT_EQ(cli.exit_status, 0) << cli.err;
     EXPECT_NE(cli.out.find("RANDOM WEIGHTS"), std::string::npos) << cli.out;
+    // And what the weights are, as stored and as held.
+    EXPECT_NE(cli.out.find("weights     manyshot tiny model: RANDOM weights for tests, not a "
+                           "trained model; stored f32, held f32\n"),
+              std::string::npos)
+        << cli.out;
     EXPECT_NE(server.Stderr().find("RANDOM weights"), std::string::npos) << server.Stderr();
     StopCleanly(server);
   }
