@@ -41,6 +41,21 @@ CommandResult RunServer(const fs::path& dir, const std::vector<std::string>& fla
   return RunCommand(argv, dir, std::chrono::seconds(30));
 }
 
+// The default model a server generates on first start in dir/data, copied to dir/copy (the copy
+// is returned; empty, with a test failure, if the server did not start).
+fs::path CopyOfTheDefaultModel(const fs::path& dir) {
+  const fs::path data = dir / "data";
+  {
+    ServerUnderTest server(data, {});
+    EXPECT_TRUE(server.started()) << server.Stderr();
+    if (!server.started()) return {};
+    StopCleanly(server);
+  }
+  const fs::path copy = dir / "copy";
+  fs::copy(data / "models" / "default-gpt2-tiny", copy);
+  return copy;
+}
+
 TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
   TempDir dir;
   const fs::path data = dir.path() / "data";
@@ -138,14 +153,8 @@ TEST(ServerModelTest, InductionModelIsReportedAsHandBuilt) {
 // A marker that does not say what the model is stops the start, naming the file.
 TEST(ServerModelTest, UnreadableMarkerExitsOneNamingIt) {
   TempDir dir;
-  const fs::path data = dir.path() / "data";
-  {
-    ServerUnderTest server(data, {});
-    ASSERT_TRUE(server.started()) << server.Stderr();
-    StopCleanly(server);
-  }
-  const fs::path copy = dir.path() / "copy";
-  fs::copy(data / "models" / "default-gpt2-tiny", copy);
+  const fs::path copy = CopyOfTheDefaultModel(dir.path());
+  ASSERT_FALSE(copy.empty());
   std::ofstream(copy / "manyshot_tiny_model.json", std::ios::trunc) << "{\"spec\": 1";
   CommandResult result = RunServer(dir.path(), {"--model_dir=" + copy.string()});
   EXPECT_EQ(result.exit_status, 1);
@@ -173,15 +182,9 @@ TEST(ServerModelTest, MissingDefaultTokenizerSaysWhatToDo) {
 
 TEST(ServerModelTest, GivenModelDirAndTruncatedWeights) {
   TempDir dir;
-  const fs::path data = dir.path() / "data";
-  {
-    ServerUnderTest server(data, {});
-    ASSERT_TRUE(server.started()) << server.Stderr();
-    StopCleanly(server);
-  }
   // A copy of the generated model served through --model_dir: still marked random.
-  const fs::path copy = dir.path() / "copy";
-  fs::copy(data / "models" / "default-gpt2-tiny", copy);
+  const fs::path copy = CopyOfTheDefaultModel(dir.path());
+  ASSERT_FALSE(copy.empty());
   {
     ServerUnderTest server(dir.path() / "data2", {"--model_dir=" + copy.string()});
     ASSERT_TRUE(server.started()) << server.Stderr();
