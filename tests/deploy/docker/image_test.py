@@ -17,8 +17,10 @@ sandbox), so the test does what a container runtime would, with real tools:
      (only loopback exists there);
   5. through `nsenter` into that namespace: the HEALTHCHECK command until it passes, gRPC
      reflection (client/examples/python_client.py --reflection_only), a task created and
-     classified with the image's CLI, and /metrics counting those calls; the server runs as uid
-     10001; SIGTERM stops it with exit status 0 and its state in /data is owned by uid 10001.
+     classified with the image's CLI, `manyshot eval --plot` drawing its text with a font file
+     of the image (the matches FC_DEBUG=1 makes the image's fontconfig print), and /metrics
+     counting those calls; the server runs as uid 10001; SIGTERM stops it with exit status 0 and
+     its state in /data is owned by uid 10001.
 
 Needs root, podman, debootstrap, unshare/nsenter and network access to a Debian mirror and to
 registry.npmjs.org (the image fetches the GPT-2 tokenizer files); scripts/setup.sh installs the
@@ -236,6 +238,49 @@ class Container:
             raise TestFailure(f"server did not exit within {timeout} s of SIGTERM")
 
 
+def check_plot_fonts(container, cli, lines):
+    """`manyshot eval --plot` in the image draws its text with a real font from the image.
+
+    The image's CLI runs a small eval (1 and 4 shots, one sample, the 4 classified inputs as the
+    test split) with FC_DEBUG=1, so the image's own libfontconfig prints every match cairo asks
+    it for (the plot's "sans-serif", regular and bold). Without a font file to match, fontconfig
+    answers "Null pattern" and cairo draws the text in its built-in stroked "twin" font instead.
+    """
+    test = os.path.join(container.data, "test.tsv")
+    with open(test, "w") as f:
+        f.write("\n".join([lines[0]] + lines[37:41]) + "\n")
+    os.chown(test, UID, UID)
+    # The container's environment (HOME=/data: fontconfig may keep its cache under /data/.cache).
+    env = ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/data", "FC_DEBUG=1"]
+    result = container.in_image(*env, *cli, "eval", "--train_file=/data/train.tsv",
+                                "--test_file=/data/test.tsv",
+                                "--template=Sentence: {text}\\nLabel:",
+                                "--labels=negative,positive", "--shots=1,4", "--samples=1",
+                                "--modes=structured", "--test_limit=4", "--plot=/data/plot.png",
+                                timeout=300)
+    out = result.stdout
+    check("structured" in out and "plot in /data/plot.png" in out,
+          f"eval printed no results table:\n{out[-3000:]}\n{result.stderr}")
+    check("Null pattern" not in out,
+          f"fontconfig in the image matched no font for the plot's text:\n{out[-3000:]}")
+    fonts = sorted({line.split('"')[1] for line in out.splitlines()
+                    if line.strip().startswith('file: "')})
+    check(fonts, f"eval --plot asked fontconfig for no font (FC_DEBUG=1 printed no matches):\n"
+          f"{out[-3000:]}")
+    for font in fonts:
+        # `test -s` inside the image, so that a symbolic link resolves there, not on the host.
+        exists = container.in_image("/usr/bin/test", "-s", font, check_rc=False).returncode == 0
+        check(font.startswith("/usr/share/fonts/") and exists,
+              f"fontconfig matched {font}, which is not a font file in the image")
+    with open(os.path.join(container.data, "plot.png"), "rb") as f:
+        png = f.read()
+    check(png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR",
+          f"/data/plot.png is not a PNG ({len(png)} bytes)")
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    check(width >= 100 and height >= 100, f"/data/plot.png is {width}x{height}")
+    log(f"eval --plot: {width}x{height} PNG, text in {', '.join(fonts)}")
+
+
 def exercise(container, health_cmd, source_dir):
     deadline = time.monotonic() + 300
     while True:
@@ -286,6 +331,8 @@ def exercise(container, health_cmd, source_dir):
     for answer in answers:
         check(answer.get("label") in ("negative", "positive"), f"answer without a label: {answer}")
     log(f"classify: 4 answers, labels {[a['label'] for a in answers]}")
+
+    check_plot_fonts(container, cli, lines)
 
     metrics = container.nsenter("/usr/bin/python3", "-c",
                                 "import urllib.request,sys; sys.stdout.write(urllib.request."
