@@ -299,14 +299,20 @@ void GemvTyped(ThreadPool& pool, const float* x, int64_t in, const W* w, WeightL
       InOutRange<R>(x, in, w, out_features, i0, i1, partial);
     }
   });
+  // Every element is the bias plus the chunks' partial sums in chunk order (as before), now added
+  // a chunk at a time (vectorised; element by element over the chunks it was scalar), in the
+  // partials' order, then put in output order.
+  std::vector<float> sum(static_cast<size_t>(padded));
   for (int r = 0; r < R; ++r) {
-    float* o = out + r * out_features;
     for (int64_t j = 0; j < out_features; ++j) {
-      const int64_t at = kPairOrder<W> ? PairPosition(j) : j;
-      float sum = bias ? bias[j] : 0.0f;
-      for (int64_t c = 0; c < chunks; ++c) sum += partials[(c * R + r) * padded + at];
-      o[j] = sum;
+      sum[kPairOrder<W> ? PairPosition(j) : j] = bias ? bias[j] : 0.0f;
     }
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float* p = partials.data() + (c * R + r) * padded;
+      for (int64_t k = 0; k < padded; ++k) sum[k] += p[k];
+    }
+    float* o = out + r * out_features;
+    for (int64_t j = 0; j < out_features; ++j) o[j] = sum[kPairOrder<W> ? PairPosition(j) : j];
   }
 }
 
