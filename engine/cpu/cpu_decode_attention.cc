@@ -74,11 +74,11 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
       for (int64_t jj = 0; jj < n; ++jj) tile_max = std::max(tile_max, sh_row[jj]);
       const float new_max = std::max(part.max[h], tile_max);
       const float correction = vmath::Exp(part.max[h] - new_max);  // first tile: exp(-inf) = 0
+      // The exponentials in a loop of their own, which vectorises; summed in key order after
+      // (in one loop with the sum, an in-order float reduction, both stayed scalar).
+      for (int64_t jj = 0; jj < n; ++jj) sh_row[jj] = vmath::Exp(sh_row[jj] - new_max);
       float tile_sum = 0.0f;
-      for (int64_t jj = 0; jj < n; ++jj) {
-        sh_row[jj] = vmath::Exp(sh_row[jj] - new_max);
-        tile_sum += sh_row[jj];
-      }
+      for (int64_t jj = 0; jj < n; ++jj) tile_sum += sh_row[jj];
       part.sum[h] = part.sum[h] * correction + tile_sum;
       part.max[h] = new_max;
       if (correction != 1.0f) {
