@@ -646,7 +646,8 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
 // 4 warps x 4 M rows = 16 M rows per block. Per tile of 32 keys (converted to f32 in shared
 // memory, K rows padded to a stride of 1 mod 32 words so lane j reading key j is conflict-free),
 // lane j computes the 4 logits of key n0 + j; the warp reduces max / sum by shuffles; P goes
-// through shared memory (broadcast reads) into O, where lane l owns dims l, l + 32, ...
+// through shared memory (broadcast reads) into O, where lane l owns dims l, l + 32, ... The tile
+// steps are attention_device.cuh's, shared with biased_attention_kernels.cu's BiasedKernel.
 
 constexpr int kGenWarps = 4;
 constexpr int kGenRows = 4;  // M rows per warp
@@ -654,10 +655,8 @@ constexpr int kGenBm = kGenWarps * kGenRows;
 constexpr int kGenBn = 32;
 constexpr int kGenThreads = kGenWarps * 32;
 
-__host__ __device__ constexpr int GenericDp(int head_dim) { return (head_dim + 31) / 32 * 32; }
-
 size_t GenericSmem(int head_dim) {
-  const size_t dp = GenericDp(head_dim);
+  const size_t dp = PaddedDim(head_dim);
   const size_t floats = kGenBm * dp + kGenBn * (dp + 1) + kGenBn * dp + kGenBm * kGenBn;
   return floats * sizeof(float) + kGenBm * (sizeof(int64_t) + sizeof(int));
 }
@@ -666,7 +665,7 @@ template <typename KV, bool kOwn>
 __global__ void __launch_bounds__(kGenThreads)
     GenericKernel(const __grid_constant__ KernelParams p) {
   const int dim = p.head_dim;
-  const int dp = GenericDp(dim);
+  const int dp = PaddedDim(dim);
   const int ldk = dp + 1;
   extern __shared__ __align__(16) unsigned char gsmem[];
   float* s_q = reinterpret_cast<float*>(gsmem);  // [kGenBm][dp]
@@ -689,24 +688,19 @@ __global__ void __launch_bounds__(kGenThreads)
 
   SetupRows<kOwn, kGenBm, kGenThreads>(p, pr, m0, g, s_off, s_lim);
   __syncthreads();
-  for (int idx = tid; idx < kGenBm * dim; idx += kGenThreads) {
-    const int r = idx / dim;
-    const int d = idx - r * dim;
-    const int64_t off = s_off[r];
-    s_q[r * dp + d] = off >= 0 ? LoadAsFloat(p.q, p.q_type, off * dim + d) : 0.0f;
-  }
+  LoadQTile<kGenBm, kGenThreads>(p.q, p.q_type, s_off, dim, dp, s_q);
   // (the barrier at the top of the key loop publishes s_q; with no key tile s_q is unused)
 
   const int row0 = warp * kGenRows;
   int lim[kGenRows];
-  float m_run[kGenRows], l_run[kGenRows], o[kGenRows][8];
+  float m_run[kGenRows], l_run[kGenRows], o[kGenRows][kLaneDims];
 #pragma unroll
   for (int rr = 0; rr < kGenRows; ++rr) {
     lim[rr] = kOwn ? min(ke, s_lim[row0 + rr]) : ke;
     m_run[rr] = NegInf();
     l_run[rr] = 0.0f;  // lane-partial: this lane's key of every tile
 #pragma unroll
-    for (int t = 0; t < 8; ++t) o[rr][t] = 0.0f;
+    for (int t = 0; t < kLaneDims; ++t) o[rr][t] = 0.0f;
   }
   const float scale_log2 = p.scale_log2;
   const float w_log2 = kOwn ? pr.log2_weight : 0.0f;
@@ -717,61 +711,21 @@ __global__ void __launch_bounds__(kGenThreads)
 
   for (int n0 = kb; n0 < ke; n0 += kGenBn) {
     __syncthreads();  // the previous tile is consumed (and s_q is published)
-    for (int idx = tid; idx < kGenBn * dim; idx += kGenThreads) {
-      const int r = idx / dim;
-      const int d = idx - r * dim;
-      const int j = n0 + r;
-      float kx = 0.0f, vx = 0.0f;  // keys past the range: zeros (masked below anyway)
-      if (j < ke) {
-        const int64_t off = static_cast<int64_t>(j) * kv_stride + d;
-        kx = KvToFloat(k_base[off]);
-        vx = KvToFloat(v_base[off]);
-      }
-      s_k[r * ldk + d] = kx;
-      s_v[r * dp + d] = vx;
-    }
+    LoadKvTile<kGenBn, kGenThreads>(k_base, v_base, kv_stride, n0, ke, dim, dp, s_k, s_v);
     __syncthreads();
 
     const int j = n0 + lane;
     float sc[kGenRows];
-#pragma unroll
-    for (int rr = 0; rr < kGenRows; ++rr) sc[rr] = 0.0f;
-    const float* kr = s_k + lane * ldk;
-    for (int d = 0; d < dim; ++d) {
-      const float kd = kr[d];
-#pragma unroll
-      for (int rr = 0; rr < kGenRows; ++rr) sc[rr] = fmaf(s_q[(row0 + rr) * dp + d], kd, sc[rr]);
-    }
+    TileDots<kGenRows>(s_q + row0 * dp, s_k, lane, dim, dp, sc);
     const float bias = (kOwn && j >= w_from) ? w_log2 : 0.0f;
 #pragma unroll
     for (int rr = 0; rr < kGenRows; ++rr) {
       const float x = j < lim[rr] ? fmaf(sc[rr], scale_log2, bias) : NegInf();
-      const float m_new = fmaxf(m_run[rr], WarpMax(x));
-      const float m_use = m_new == NegInf() ? 0.0f : m_new;  // no NaN from -inf - -inf
-      const float corr = Exp2(m_run[rr] - m_use);
-      m_run[rr] = m_new;
-      const float pv = Exp2(x - m_use);
-      l_run[rr] = l_run[rr] * corr + pv;
-#pragma unroll
-      for (int t = 0; t < 8; ++t) o[rr][t] *= corr;
-      s_p[(row0 + rr) * kGenBn + lane] = pv;
+      s_p[(row0 + rr) * kGenBn + lane] = OnlineSoftmaxStep(x, m_run[rr], l_run[rr], o[rr]);
     }
     __syncwarp();
     const int n_here = min(kGenBn, ke - n0);  // keys past the range have p = 0: skip them
-    for (int jj = 0; jj < n_here; ++jj) {
-      const float* vr = s_v + jj * dp;
-      float pj[kGenRows];
-#pragma unroll
-      for (int rr = 0; rr < kGenRows; ++rr) pj[rr] = s_p[(row0 + rr) * kGenBn + jj];
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        if (t * 32 < dp) {
-          const float vd = vr[lane + t * 32];  // columns >= dim: never stored, never used
-#pragma unroll
-          for (int rr = 0; rr < kGenRows; ++rr) o[rr][t] = fmaf(pj[rr], vd, o[rr][t]);
-        }
-      }
-    }
+    AccumulatePv<kGenRows, kGenBn>(s_v, s_p + row0 * kGenBn, n_here, dp, lane, o);
     // s_p is rewritten only after the next iteration's barriers.
   }
 
@@ -782,24 +736,18 @@ __global__ void __launch_bounds__(kGenThreads)
   for (int rr = 0; rr < kGenRows; ++rr) {
     const int64_t off = s_off[row0 + rr];
     if (off < 0) continue;
-    const float l = l_tot[rr];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse = l > 0.0f ? (m_run[rr] + log2f(l)) * kLn2 : NegInf();
+    const RowTotals fin = FinishRow(m_run[rr], l_tot[rr]);
     if (p.splits == 1) {
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const int d = lane + t * 32;
-        if (d < dim) StoreFromFloat(p.o, p.o_type, off * dim + d, o[rr][t] * inv);
-      }
-      if (lane == 0 && p.lse != nullptr) p.lse[off] = lse;
+      StoreORow(p.o, p.o_type, off, dim, lane, o[rr], fin.inv);
+      if (lane == 0 && p.lse != nullptr) p.lse[off] = fin.lse;
     } else {
       const int64_t poff = static_cast<int64_t>(blockIdx.z) * p.part_stride + off;
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
+      for (int t = 0; t < kLaneDims; ++t) {
         const int d = lane + t * 32;
-        if (d < dim) p.part_o[poff * dim + d] = o[rr][t] * inv;
+        if (d < dim) p.part_o[poff * dim + d] = o[rr][t] * fin.inv;
       }
-      if (lane == 0) p.part_lse[poff] = lse;
+      if (lane == 0) p.part_lse[poff] = fin.lse;
     }
   }
 }

@@ -6,7 +6,8 @@
 // to a stride of 1 mod 32 words so lane j reading key j is conflict-free), lane j computes the
 // logits of key n0 + j for its warp's 4 rows, including the bias; the warp reduces max / sum by
 // shuffles (online softmax, log2 units); P goes through shared memory into O, where lane l owns
-// dims l, l + 32, ...
+// dims l, l + 32, ... The tile steps are attention_device.cuh's, shared with GenericKernel; only
+// the logits (bias, ALiBi, causal limit per problem) are this kernel's own.
 #include "engine/cuda/biased_attention_kernels.h"
 
 #include <cuda_bf16.h>
@@ -34,8 +35,6 @@ struct BiasedKernelParams {
   BiasedAttnParams a;
   int32_t tile_start[kMaxBiasedProblems + 1];  // prefix sum of M tiles per problem
 };
-
-__host__ __device__ constexpr int PaddedDim(int head_dim) { return (head_dim + 31) / 32 * 32; }
 
 size_t BiasedSmem(int head_dim) {
   const size_t dp = PaddedDim(head_dim);
@@ -107,18 +106,13 @@ __global__ void __launch_bounds__(kThreads)
     s_h[t] = h;
   }
   __syncthreads();
-  for (int idx = tid; idx < kBm * dim; idx += kThreads) {
-    const int r = idx / dim;
-    const int d = idx - r * dim;
-    const int64_t off = s_off[r];
-    s_q[r * dp + d] = off >= 0 ? LoadAsFloat(p.q, p.q_type, off * dim + d) : 0.0f;
-  }
+  LoadQTile<kBm, kThreads>(p.q, p.q_type, s_off, dim, dp, s_q);
   // (the barrier at the top of the key loop publishes s_q; with no key tile s_q is unused)
 
   const int row0 = warp * kRowsPerWarp;
   const BiasKind kind = pr.bias_kind;
   int lim[kRowsPerWarp];
-  float m_run[kRowsPerWarp], l_run[kRowsPerWarp], o[kRowsPerWarp][8];
+  float m_run[kRowsPerWarp], l_run[kRowsPerWarp], o[kRowsPerWarp][kLaneDims];
   // Per row: the bias row indexed by key (kDense, kRelative), or the ALiBi slope and query
   // position. Rows past the problem have lim = 0 and never read them.
   const float* brow[kRowsPerWarp];
@@ -131,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
     m_run[rr] = NegInf();
     l_run[rr] = 0.0f;  // lane-partial: this lane's key of every tile
 #pragma unroll
-    for (int t = 0; t < 8; ++t) o[rr][t] = 0.0f;
+    for (int t = 0; t < kLaneDims; ++t) o[rr][t] = 0.0f;
     brow[rr] = nullptr;
     slope[rr] = 0.0f;
     qpos[rr] = 0;
@@ -159,33 +153,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int n0 = 0; n0 < ke; n0 += kBn) {
     __syncthreads();  // the previous tile is consumed (and s_q is published)
-    for (int idx = tid; idx < kBn * dim; idx += kThreads) {
-      const int r = idx / dim;
-      const int d = idx - r * dim;
-      const int j = n0 + r;
-      float kx = 0.0f, vx = 0.0f;  // keys past the range: zeros (masked below anyway)
-      if (j < ke) {
-        const int64_t off = static_cast<int64_t>(j) * kv_stride + d;
-        kx = KvToFloat(k_base[off]);
-        vx = KvToFloat(v_base[off]);
-      }
-      s_k[r * ldk + d] = kx;
-      s_v[r * dp + d] = vx;
-    }
+    LoadKvTile<kBn, kThreads>(k_base, v_base, kv_stride, n0, ke, dim, dp, s_k, s_v);
     __syncthreads();
 
     const int j = n0 + lane;
     float sc[kRowsPerWarp];
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) sc[rr] = 0.0f;
-    const float* kr = s_k + lane * ldk;
-    for (int d = 0; d < dim; ++d) {
-      const float kd = kr[d];
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        sc[rr] = fmaf(s_q[(row0 + rr) * dp + d], kd, sc[rr]);
-      }
-    }
+    TileDots<kRowsPerWarp>(s_q + row0 * dp, s_k, lane, dim, dp, sc);
     const int32_t kpos = (kind == BiasKind::kAlibi && j < ke) ? pr.key_pos[j] : 0;
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -201,32 +174,11 @@ __global__ void __launch_bounds__(kThreads)
         }
         x = s * kLog2e;
       }
-      const float m_new = fmaxf(m_run[rr], WarpMax(x));
-      const float m_use = m_new == NegInf() ? 0.0f : m_new;  // no NaN from -inf - -inf
-      const float corr = Exp2(m_run[rr] - m_use);
-      m_run[rr] = m_new;
-      const float pv = Exp2(x - m_use);
-      l_run[rr] = l_run[rr] * corr + pv;
-#pragma unroll
-      for (int t = 0; t < 8; ++t) o[rr][t] *= corr;
-      s_p[(row0 + rr) * kBn + lane] = pv;
+      s_p[(row0 + rr) * kBn + lane] = OnlineSoftmaxStep(x, m_run[rr], l_run[rr], o[rr]);
     }
     __syncwarp();
     const int n_here = min(kBn, ke - n0);  // keys past the range have p = 0: skip them
-    for (int jj = 0; jj < n_here; ++jj) {
-      const float* vr = s_v + jj * dp;
-      float pj[kRowsPerWarp];
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) pj[rr] = s_p[(row0 + rr) * kBn + jj];
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        if (t * 32 < dp) {
-          const float vd = vr[lane + t * 32];  // columns >= dim: never stored, never used
-#pragma unroll
-          for (int rr = 0; rr < kRowsPerWarp; ++rr) o[rr][t] = fmaf(pj[rr], vd, o[rr][t]);
-        }
-      }
-    }
+    AccumulatePv<kRowsPerWarp, kBn>(s_v, s_p + row0 * kBn, n_here, dp, lane, o);
     // s_p is rewritten only after the next iteration's barriers.
   }
 
@@ -237,16 +189,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int64_t off = s_off[row0 + rr];
     if (off < 0) continue;
-    const float l = l_tot[rr];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    // l > 0 implies a visible key with a finite logit, hence a finite m_run.
-    const float lse = l > 0.0f ? (m_run[rr] + log2f(l)) * kLn2 : NegInf();
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      const int d = lane + t * 32;
-      if (d < dim) StoreFromFloat(p.o, p.o_type, off * dim + d, o[rr][t] * inv);
-    }
-    if (lane == 0 && p.lse != nullptr) p.lse[off] = lse;
+    const RowTotals fin = FinishRow(m_run[rr], l_tot[rr]);
+    StoreORow(p.o, p.o_type, off, dim, lane, o[rr], fin.inv);
+    if (lane == 0 && p.lse != nullptr) p.lse[off] = fin.lse;
   }
 }
 
