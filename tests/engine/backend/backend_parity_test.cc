@@ -59,6 +59,18 @@ class BackendParityTest : public ::testing::TestWithParam<ParityCase> {
   std::vector<float> Values(int64_t n, float scale = 1.0f) {
     return RoundedTo(RandomValues(rng_, n, scale), dt());
   }
+  // Context K/V [len, kv_heads, D] of random values rounded to `dtype` (K scaled by k_scale), the
+  // same values uploaded to the backend under test (kb, vb) and to the CPU (kc, vc).
+  struct ContextKv {
+    Tensor kb, vb, kc, vc;
+  };
+  ContextKv RandomContextKv(DType dtype, int64_t len, int64_t kv_heads, int64_t D, float k_scale) {
+    const auto ck = RoundedTo(RandomValues(rng_, len * kv_heads * D, k_scale), dtype);
+    const auto cv = RoundedTo(RandomValues(rng_, len * kv_heads * D), dtype);
+    return {Upload(b(), ck, dtype, {len, kv_heads, D}), Upload(b(), cv, dtype, {len, kv_heads, D}),
+            Upload(cpu(), ck, dtype, {len, kv_heads, D}),
+            Upload(cpu(), cv, dtype, {len, kv_heads, D})};
+  }
   void ExpectClose(const Tensor& got, const Tensor& want, const std::string& what,
                    double tolerance = -1) {
     const double err = RelativeError(Download(b(), got), Download(cpu(), want));
@@ -286,12 +298,7 @@ TEST_P(BackendParityTest, AttendContextEveryContextDtypeBatchOneAndBatched) {
           }
           AttnBatch on_b = MakeBatch(b(), rng_, dt(), shapes, s.kv_heads, s.D, 11);
           AttnBatch on_c = MakeBatch(cpu(), rng_, dt(), shapes, s.kv_heads, s.D, 11);
-          const auto ck = RoundedTo(RandomValues(rng_, len * s.kv_heads * s.D, 2.0f), ctx_dtype);
-          const auto cv = RoundedTo(RandomValues(rng_, len * s.kv_heads * s.D), ctx_dtype);
-          Tensor kb = Upload(b(), ck, ctx_dtype, {len, s.kv_heads, s.D});
-          Tensor vb = Upload(b(), cv, ctx_dtype, {len, s.kv_heads, s.D});
-          Tensor kc = Upload(cpu(), ck, ctx_dtype, {len, s.kv_heads, s.D});
-          Tensor vc = Upload(cpu(), cv, ctx_dtype, {len, s.kv_heads, s.D});
+          auto [kb, vb, kc, vc] = RandomContextKv(ctx_dtype, len, s.kv_heads, s.D, 2.0f);
           const auto q = Values(on_b.tokens * s.heads * s.D);
           const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
           AttentionState out{Poisoned(b(), dt(), {on_b.tokens, s.heads, s.D}),
@@ -339,10 +346,7 @@ TEST_P(BackendParityTest, MergeStatesAndTheComposedAttention) {
   AttnBatch on_b = MakeBatch(b(), rng_, dt(), {{7, 7}, {1, 12}}, 2, D, 5);
   AttnBatch on_c = MakeBatch(cpu(), rng_, dt(), {{7, 7}, {1, 12}}, 2, D, 5);
   const int64_t len = 1500;
-  const auto ck = RoundedTo(RandomValues(rng_, len * 2 * D), dt());
-  const auto cv = RoundedTo(RandomValues(rng_, len * 2 * D), dt());
-  Tensor kb = Upload(b(), ck, dt(), {len, 2, D}), vb = Upload(b(), cv, dt(), {len, 2, D});
-  Tensor kc = Upload(cpu(), ck, dt(), {len, 2, D}), vc = Upload(cpu(), cv, dt(), {len, 2, D});
+  auto [kb, vb, kc, vc] = RandomContextKv(dt(), len, 2, D, 1.0f);
   const auto q = Values(on_b.tokens * heads * D);
   Tensor out = Poisoned(b(), dt(), {on_b.tokens, heads, D});
   Tensor want = Poisoned(cpu(), DType::kF32, {on_c.tokens, heads, D});
@@ -507,12 +511,7 @@ TEST_P(BackendParityTest, AlibiOwnAndContextMatchTheCpu) {
       std::vector<int32_t> ctx_pos(static_cast<size_t>(len));
       for (int64_t j = 0; j < len; ++j)
         ctx_pos[j] = static_cast<int32_t>(L - group_len + j % group_len);
-      const auto ck = RoundedTo(RandomValues(rng_, len * s.kv_heads * s.D, 2.0f), ctx_dtype);
-      const auto cv = RoundedTo(RandomValues(rng_, len * s.kv_heads * s.D), ctx_dtype);
-      Tensor kb = Upload(b(), ck, ctx_dtype, {len, s.kv_heads, s.D});
-      Tensor vb = Upload(b(), cv, ctx_dtype, {len, s.kv_heads, s.D});
-      Tensor kc = Upload(cpu(), ck, ctx_dtype, {len, s.kv_heads, s.D});
-      Tensor vc = Upload(cpu(), cv, ctx_dtype, {len, s.kv_heads, s.D});
+      auto [kb, vb, kc, vc] = RandomContextKv(ctx_dtype, len, s.kv_heads, s.D, 2.0f);
       Tensor pb = UploadInts(b(), ctx_pos), pc = UploadInts(cpu(), ctx_pos);
       const AttentionContext ctx_b{&kb, &vb, len, -std::log(4.0f), &pb};
       const AttentionContext ctx_c{&kc, &vc, len, -std::log(4.0f), &pc};
