@@ -7,7 +7,8 @@
 // (warm), an O_DIRECT read of it (cold), and a plain write() + fsync of it (store). Targets
 // (issue #10): warm restore >= 0.5 of the buffered read, cold restore >= 0.7 of the O_DIRECT read,
 // restore >= 20x faster than re-encoding, store >= 0.5 of the plain write. Restores and reads:
-// best of three rounds each; the store and the plain write: one each.
+// best of three rounds each; the store and the plain write: one each. Then the scaling: f32
+// store and restore of 100, 300, 1000 and 3000 shots (--quick: up to 1000), each encoded first.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -97,11 +98,78 @@ double DropFromPageCache(const std::filesystem::path& path) {
   return resident;
 }
 
-}  // namespace
-
 // Restores and reads are timed this many times each, and the best is reported (on a shared
 // machine, the other load decides the rest).
 constexpr int kRounds = 3;
+
+struct StoreAndRestoreFigures {
+  double bytes = 0;     // the KV file
+  double store_s = 0;   // PutTask: the KV file written and fsynced, then the commit
+  double open_s = 0;    // reopening the cache (the last restore's)
+  double warm_s = 0;    // best restore with the file in the page cache
+  double cold_s = 0;    // best restore with its pages dropped
+  double resident = 0;  // the largest fraction of the file's pages left after dropping them
+};
+
+// Stores `encoded` (the context of `task`) in a fresh disk tier in `dir` with KV dtype `dtype`,
+// closes it, and restores it into a freshly opened cache (as after a restart): kRounds times with
+// the KV file warm, then kRounds times cold. `before_restores` runs between the store and the
+// restores (the plain-file references run there, while the KV file is still warm).
+template <typename BeforeRestores>
+absl::StatusOr<StoreAndRestoreFigures> StoreAndRestore(
+    const Transformer& model, const Tokenizer& tokenizer, const IclTask& task,
+    const EncodedContext& encoded, DType dtype, const std::filesystem::path& dir, Backend& backend,
+    BeforeRestores&& before_restores) {
+  std::filesystem::remove_all(dir);
+  ContextCacheOptions cache_options;
+  cache_options.kv_dtype = dtype;
+  cache_options.memory_budget_bytes = uint64_t{16} << 30;
+  cache_options.memory_holds_storage_dtype = true;  // as the server runs it (server_app.cc)
+  const std::string key = CacheKeyForTask(model, tokenizer, task, dtype);
+  const std::filesystem::path kv_file = dir / "kv_files" / (key + ".kv");
+  TaskRecord record{"sst2", "bench", "sst2", "", key, 0};
+  StoreAndRestoreFigures f;
+  {
+    auto cache = ContextCache::Open(dir, cache_options, backend);
+    if (!cache.ok()) return cache.status();
+    auto start = std::chrono::steady_clock::now();
+    if (absl::Status s = (*cache)->PutTask(record, encoded); !s.ok()) return s;
+    f.store_s = Seconds(std::chrono::steady_clock::now() - start);
+  }  // closed: what follows is what a restarted server does
+  f.bytes = static_cast<double>(std::filesystem::file_size(kv_file));
+  if (absl::Status s = before_restores(f.bytes); !s.ok()) return s;
+
+  auto restore = [&](double* seconds) -> absl::Status {
+    auto start = std::chrono::steady_clock::now();
+    auto cache = ContextCache::Open(dir, cache_options, backend);
+    if (!cache.ok()) return cache.status();
+    f.open_s = Seconds(std::chrono::steady_clock::now() - start);
+    start = std::chrono::steady_clock::now();
+    auto restored = (*cache)->Acquire(
+        key, nullptr, [&](const EncodedContext& c) { return task.CheckContext(c); });
+    if (!restored.ok()) return restored.status();
+    *seconds = Seconds(std::chrono::steady_clock::now() - start);
+    if ((*cache)->Stats().encodes != 0) return absl::InternalError("restore re-encoded");
+    return absl::OkStatus();
+  };
+  ReadPlainFile(kv_file, false);  // warm (it mostly is, having just been written)
+  f.warm_s = f.cold_s = 1e30;
+  for (int round = 0; round < kRounds; ++round) {
+    double seconds = 0;
+    if (absl::Status s = restore(&seconds); !s.ok()) return s;
+    f.warm_s = std::min(f.warm_s, seconds);
+  }
+  for (int round = 0; round < kRounds; ++round) {
+    double seconds = 0;
+    f.resident = std::max(f.resident, DropFromPageCache(kv_file));
+    if (absl::Status s = restore(&seconds); !s.ok()) return s;
+    f.cold_s = std::min(f.cold_s, seconds);
+  }
+  std::filesystem::remove_all(dir);
+  return f;
+}
+
+}  // namespace
 
 int RunCacheBench(const BenchOptions& options) {
   Report report("cache", options.json);
@@ -137,95 +205,93 @@ int RunCacheBench(const BenchOptions& options) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const std::string p = std::string(DTypeName(dtype)) + "_";
     const auto dir = options.work_dir / ("cache-bench-" + std::string(DTypeName(dtype)));
-    std::filesystem::remove_all(dir);
-    ContextCacheOptions cache_options;
-    cache_options.kv_dtype = dtype;
-    cache_options.memory_budget_bytes = uint64_t{16} << 30;
-    cache_options.memory_holds_storage_dtype = true;  // as the server runs it (server_app.cc)
-    const std::string key = CacheKeyForTask(**model, **tokenizer, **task, dtype);
-    const std::filesystem::path kv_file = dir / "kv_files" / (key + ".kv");
-    TaskRecord record{"sst2-1000", "bench", "sst2:1000", "", key, 0};
-    double store_s = 0;
-    {
-      auto cache = ContextCache::Open(dir, cache_options, backend);
-      if (!cache.ok()) return Fail("open", cache.status());
-      start = std::chrono::steady_clock::now();
-      if (absl::Status s = (*cache)->PutTask(record, *encoded); !s.ok()) return Fail("put", s);
-      store_s = Seconds(std::chrono::steady_clock::now() - start);
-    }  // closed: what follows is what a restarted server does
-    const double bytes = static_cast<double>(std::filesystem::file_size(kv_file));
-
     // The same bytes through a plain file, in this run: written and fsynced (the store's
     // reference), read back from the page cache (warm) and with O_DIRECT (cold).
-    auto storage = ConvertContext(*encoded, dtype, backend);
-    if (!storage.ok()) return Fail("convert", storage.status());
-    const auto plain = dir / "plain.bin";
-    start = std::chrono::steady_clock::now();
-    if (absl::Status s = WritePlainFile(*storage, backend, plain); !s.ok()) return Fail("file", s);
-    const double write_s = Seconds(std::chrono::steady_clock::now() - start);
-    storage = absl::UnknownError("released");
-    ReadPlainFile(plain, false);            // warm, as the KV file is after being written
-    double read_s = 1e30, direct_s = 1e30;  // best of kRounds, as the restores below
-    for (int round = 0; round < kRounds; ++round) {
-      start = std::chrono::steady_clock::now();
-      const size_t read_bytes = ReadPlainFile(plain, false);
-      read_s = std::min(read_s, Seconds(std::chrono::steady_clock::now() - start));
-      start = std::chrono::steady_clock::now();
-      const size_t direct_bytes = ReadPlainFile(plain, true);
-      direct_s = std::min(direct_s, Seconds(std::chrono::steady_clock::now() - start));
-      if (static_cast<double>(read_bytes) != bytes || static_cast<double>(direct_bytes) != bytes) {
-        return Fail("plain read", absl::InternalError("short read"));
+    double write_s = 0, read_s = 1e30, direct_s = 1e30;  // reads: best of kRounds, as restores
+    auto plain_references = [&](double bytes) -> absl::Status {
+      auto storage = ConvertContext(*encoded, dtype, backend);
+      if (!storage.ok()) return storage.status();
+      const auto plain = dir / "plain.bin";
+      auto t0 = std::chrono::steady_clock::now();
+      if (absl::Status s = WritePlainFile(*storage, backend, plain); !s.ok()) return s;
+      write_s = Seconds(std::chrono::steady_clock::now() - t0);
+      storage = absl::UnknownError("released");
+      ReadPlainFile(plain, false);  // warm, as the KV file is after being written
+      for (int round = 0; round < kRounds; ++round) {
+        t0 = std::chrono::steady_clock::now();
+        const size_t read_bytes = ReadPlainFile(plain, false);
+        read_s = std::min(read_s, Seconds(std::chrono::steady_clock::now() - t0));
+        t0 = std::chrono::steady_clock::now();
+        const size_t direct_bytes = ReadPlainFile(plain, true);
+        direct_s = std::min(direct_s, Seconds(std::chrono::steady_clock::now() - t0));
+        if (static_cast<double>(read_bytes) != bytes ||
+            static_cast<double>(direct_bytes) != bytes) {
+          return absl::InternalError("short read of the plain file");
+        }
       }
-    }
-
-    // Restores into a fresh cache: the KV file warm, then cold.
-    double open_s = 0;
-    auto restore = [&](double* seconds) -> absl::Status {
-      start = std::chrono::steady_clock::now();
-      auto cache = ContextCache::Open(dir, cache_options, backend);
-      if (!cache.ok()) return cache.status();
-      open_s = Seconds(std::chrono::steady_clock::now() - start);
-      start = std::chrono::steady_clock::now();
-      auto restored = (*cache)->Acquire(
-          key, nullptr, [&](const EncodedContext& c) { return (*task)->CheckContext(c); });
-      if (!restored.ok()) return restored.status();
-      *seconds = Seconds(std::chrono::steady_clock::now() - start);
-      if ((*cache)->Stats().encodes != 0) return absl::InternalError("restore re-encoded");
+      std::filesystem::remove(plain);
       return absl::OkStatus();
     };
-    ReadPlainFile(kv_file, false);  // warm (it mostly is, having just been written)
-    double warm_s = 1e30, cold_s = 1e30, resident = 0;
-    for (int round = 0; round < kRounds; ++round) {
-      double seconds = 0;
-      if (absl::Status s = restore(&seconds); !s.ok()) return Fail("warm restore", s);
-      warm_s = std::min(warm_s, seconds);
-    }
-    for (int round = 0; round < kRounds; ++round) {
-      double seconds = 0;
-      resident = std::max(resident, DropFromPageCache(kv_file));
-      if (absl::Status s = restore(&seconds); !s.ok()) return Fail("cold restore", s);
-      cold_s = std::min(cold_s, seconds);
-    }
+    auto figures = StoreAndRestore(**model, **tokenizer, **task, *encoded, dtype, dir, backend,
+                                   plain_references);
+    if (!figures.ok()) return Fail("store and restore", figures.status());
+    const StoreAndRestoreFigures& f = *figures;
+    const double bytes = f.bytes;
 
     report.Add(p + "kv_bytes", bytes, "bytes");
-    report.Add(p + "store_seconds", store_s, "s (KV file written and fsynced, then the commit)");
+    report.Add(p + "store_seconds", f.store_s, "s (KV file written and fsynced, then the commit)");
     report.Add(p + "plain_write_seconds", write_s, "s (write + fsync of the same bytes)");
-    report.Add(p + "store_fraction_of_plain_write", write_s / store_s, "(target >= 0.5)");
-    report.Add(p + "open_seconds", open_s, "s (reopen the cache, list tasks)");
-    report.Add(p + "warm_restore_seconds", warm_s, "s (read, verify, convert to the memory dtype)");
-    report.Add(p + "warm_restore_gb_per_second", bytes / warm_s / 1e9, "GB/s");
+    report.Add(p + "store_fraction_of_plain_write", write_s / f.store_s, "(target >= 0.5)");
+    report.Add(p + "open_seconds", f.open_s, "s (reopen the cache, list tasks)");
+    report.Add(p + "warm_restore_seconds", f.warm_s,
+               "s (read, verify, convert to the memory dtype)");
+    report.Add(p + "warm_restore_gb_per_second", bytes / f.warm_s / 1e9, "GB/s");
     report.Add(p + "plain_read_gb_per_second", bytes / read_s / 1e9, "GB/s (buffered, warm)");
-    report.Add(p + "warm_restore_fraction_of_plain_read", read_s / warm_s, "(target >= 0.5)");
-    report.Add(p + "cold_resident_fraction", resident,
+    report.Add(p + "warm_restore_fraction_of_plain_read", read_s / f.warm_s, "(target >= 0.5)");
+    report.Add(p + "cold_resident_fraction", f.resident,
                "of the KV file's pages in the page cache after fadvise(DONTNEED)");
-    report.Add(p + "cold_restore_seconds", cold_s, "s");
-    report.Add(p + "cold_restore_gb_per_second", bytes / cold_s / 1e9, "GB/s");
+    report.Add(p + "cold_restore_seconds", f.cold_s, "s");
+    report.Add(p + "cold_restore_gb_per_second", bytes / f.cold_s / 1e9, "GB/s");
     report.Add(p + "direct_read_gb_per_second", bytes / direct_s / 1e9, "GB/s (O_DIRECT)");
-    report.Add(p + "cold_restore_fraction_of_direct_read", direct_s / cold_s, "(target >= 0.7)");
-    report.Add(p + "warm_restore_speedup_over_encode", encode_s / warm_s, "x (target >= 20)");
-    report.Add(p + "cold_restore_speedup_over_encode", encode_s / cold_s, "x (target >= 20)");
-    std::filesystem::remove_all(dir);
+    report.Add(p + "cold_restore_fraction_of_direct_read", direct_s / f.cold_s, "(target >= 0.7)");
+    report.Add(p + "warm_restore_speedup_over_encode", encode_s / f.warm_s, "x (target >= 20)");
+    report.Add(p + "cold_restore_speedup_over_encode", encode_s / f.cold_s, "x (target >= 20)");
   }
+
+  // Scaling: the f32 restore of 100, 300, 1000 and 3000 shots (--quick: up to 1000), each task
+  // encoded, stored and restored as above; restore time should grow linearly with the bytes.
+  std::vector<size_t> scaling_shots = {100, 300, 1000};
+  if (!options.quick) scaling_shots.push_back(3000);
+  auto scaling_train = LoadSst2(Sst2Dir(options.data_dir) / "stsa.binary.train", 3000);
+  if (!scaling_train.ok()) return Fail("SST-2", scaling_train.status());
+  double min_ns_per_byte = 1e30, max_ns_per_byte = 0;
+  for (size_t n : scaling_shots) {
+    std::vector<Example> demos(scaling_train->begin(), scaling_train->begin() + n);
+    auto t = IclTask::Prepare(**model, **tokenizer, Sst2TaskOptions(), demos);
+    if (!t.ok()) return Fail("task", t.status());
+    auto e0 = std::chrono::steady_clock::now();
+    auto ctx = (*t)->EncodeContext();
+    if (!ctx.ok()) return Fail("encode", ctx.status());
+    const double enc_s = Seconds(std::chrono::steady_clock::now() - e0);
+    auto f = StoreAndRestore(**model, **tokenizer, **t, *ctx, DType::kF32,
+                             options.work_dir / "cache-bench-scaling", backend,
+                             [](double) { return absl::OkStatus(); });
+    if (!f.ok()) return Fail("scaling store and restore", f.status());
+    const std::string s = "shots" + std::to_string(n) + "_";
+    report.Add(s + "context_tokens", static_cast<double>(ctx->tokens));
+    report.Add(s + "f32_kv_bytes", f->bytes, "bytes");
+    report.Add(s + "encode_seconds", enc_s, "s");
+    report.Add(s + "warm_restore_seconds", f->warm_s, "s");
+    report.Add(s + "cold_restore_seconds", f->cold_s, "s");
+    report.Add(s + "cold_restore_ms_per_demonstration", f->cold_s / static_cast<double>(n) * 1e3,
+               "ms");
+    report.Add(s + "cold_restore_speedup_over_encode", enc_s / f->cold_s, "x");
+    const double ns_per_byte = f->cold_s / f->bytes * 1e9;
+    min_ns_per_byte = std::min(min_ns_per_byte, ns_per_byte);
+    max_ns_per_byte = std::max(max_ns_per_byte, ns_per_byte);
+  }
+  report.Add("scaling_cold_restore_ns_per_byte_max_over_min", max_ns_per_byte / min_ns_per_byte,
+             "(1 = exactly linear in the bytes)");
   report.Print();
   return 0;
 }
