@@ -113,16 +113,17 @@ void InOutRange(const float* x, int64_t in, const float* w, int64_t out_features
 // three times the instructions and made the bf16 kernels compute-bound at half the f32 GB/s.
 // The kernels keep their activations ([out, in]) or partial sums ([in, out]) in the same order:
 // within each block of 32, the 16 even positions then the 16 odd ones (PairOrder).
-inline void LoadPairsBF16(const uint16_t* p, __m512& even, __m512& odd) {
-  const __m512i v = _mm512_loadu_si512(p);
+inline void SplitPairsBF16(__m512i v, __m512& even, __m512& odd) {
   even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
   odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
+inline void LoadPairsBF16(const uint16_t* p, __m512& even, __m512& odd) {
+  SplitPairsBF16(_mm512_loadu_si512(p), even, odd);
+}
 // n < 32: elements past n read as zero (and are not loaded).
 inline void LoadPairsBF16(const uint16_t* p, int64_t n, __m512& even, __m512& odd) {
-  const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << n) - 1), p);
-  even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-  odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  SplitPairsBF16(_mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << n) - 1), p), even,
+                 odd);
 }
 
 // [out, in] bf16 weights: out[r, o] for o in [o0, o1), with xp the activation rows in PairOrder
