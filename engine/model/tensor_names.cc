@@ -156,6 +156,22 @@ bool HasTensor(const ModelConfig& c, TensorRole role, TensorPart part) {
   }
 }
 
+bool IsProjection(TensorRole role) {
+  switch (role) {
+    case R::kAttnQ:
+    case R::kAttnK:
+    case R::kAttnV:
+    case R::kAttnQkv:
+    case R::kAttnOut:
+    case R::kFfnGate:
+    case R::kFfnUp:
+    case R::kFfnDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string TensorName(Architecture arch, TensorRole role, TensorPart part, int64_t layer) {
   const TensorNameRow* row = FindRow(arch, role, part);
   if (row == nullptr) std::abort();  // a caller bug: HasTensor first

@@ -57,6 +57,10 @@ absl::Span<const TensorNameRow> TensorTable(Architecture arch);
 // it: biases, untied head, final norm of pre-LN models).
 bool HasTensor(const ModelConfig& config, TensorRole role, TensorPart part);
 
+// Whether the role is a projection weight's (q, k, v, fused qkv, attention output, gate, up,
+// down): the tensors ArchTraits::layout describes.
+bool IsProjection(TensorRole role);
+
 // The tensor's name (layer ignored for global tensors). The role must be in the table.
 std::string TensorName(Architecture arch, TensorRole role, TensorPart part, int64_t layer = 0);
 

@@ -15,6 +15,11 @@
 
 namespace manyshot {
 
+// Projection weights are held [out, in] (torch.nn.Linear's layout) for every family; GPT-2's
+// Conv1D [in, out] checkpoints are transposed at load. Decode is bound by streaming these
+// weights: on GPT-2-small's four shapes the CPU GEMV streamed [out, in] f32 and bf16 weights at
+// 52-62 GB/s and [in, out] ones (several partial-sum rows updated per weight row) at 27-41 GB/s,
+// with 2 threads on a machine whose plain read reached about 60 (engine/cpu/cpu_gemv.h).
 struct Transformer::Layer {
   Tensor attn_norm_w, attn_norm_b;
   Tensor qkv_w, qkv_b;  // fused q | k | v
@@ -27,7 +32,8 @@ struct Transformer::Layer {
 namespace {
 
 // Reads tensors from a checkpoint into backend tensors, fusing several checkpoint tensors along
-// the output dimension where the forward pass wants one GEMM.
+// the output dimension where the forward pass wants one GEMM, and holding every projection weight
+// [out, in] whatever the checkpoint's layout (Transformer::Layer says why).
 class WeightReader {
  public:
   // Matrices (rank 2: Linear weights, embedding tables) are stored in `matrix_dtype`, the rest
@@ -40,54 +46,39 @@ class WeightReader {
         dtype_(dtype),
         matrix_dtype_(matrix_dtype) {}
 
-  absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape) {
-    return Fuse({{std::string(name), shape}}, /*concat_rows=*/true);
+  absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape,
+                              bool transpose = false) {
+    return Fuse({{std::string(name), shape}}, transpose);
   }
 
-  // Concatenates tensors: along rows (dim 0) when concat_rows, else along the last dimension
-  // (for [in, out] layouts where the output dimension is last).
+  // Concatenates tensors along rows (dim 0). With `transpose`, each part is a matrix [in, out_i]
+  // (a Conv1D projection) and is transposed first, so the result is [sum of out_i, in].
   absl::StatusOr<Tensor> Fuse(
-      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts, bool concat_rows) {
+      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts, bool transpose) {
     std::vector<int64_t> shape = parts.front().second;
-    int64_t total_last = 0;
-    int64_t total_rows = 0;
-    for (const auto& [name, s] : parts) {
-      total_rows += s[0];
-      total_last += s.back();
-    }
-    if (concat_rows) {
-      shape[0] = total_rows;
-    } else {
-      shape.back() = total_last;
-    }
+    if (transpose) std::swap(shape[0], shape[1]);
+    shape[0] = 0;
+    for (const auto& [name, s] : parts) shape[0] += transpose ? s[1] : s[0];
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    std::vector<float> host(numel);
-    if (concat_rows) {
-      int64_t offset = 0;
-      for (const auto& [name, s] : parts) {
-        auto status = ReadModelTensorF32(archive_, arch_, name, s, host.data() + offset);
-        if (!status.ok()) return status;
-        int64_t n = 1;
-        for (int64_t d : s) n *= d;
-        offset += n;
-      }
-    } else {
-      int64_t col = 0;
-      const int64_t rows = numel / total_last;
-      for (const auto& [name, s] : parts) {
-        int64_t n = 1;
-        for (int64_t d : s) n *= d;
-        std::vector<float> part(n);
-        auto status = ReadModelTensorF32(archive_, arch_, name, s, part.data());
-        if (!status.ok()) return status;
-        const int64_t width = s.back();
-        for (int64_t r = 0; r < rows; ++r) {
-          std::copy(part.begin() + r * width, part.begin() + (r + 1) * width,
-                    host.begin() + r * total_last + col);
+    std::vector<float> host(numel), stored;
+    int64_t offset = 0;
+    for (const auto& [name, s] : parts) {
+      int64_t n = 1;
+      for (int64_t d : s) n *= d;
+      if (!transpose) {
+        MANYSHOT_RETURN_IF_ERROR(
+            ReadModelTensorF32(archive_, arch_, name, s, host.data() + offset));
+      } else {
+        stored.resize(static_cast<size_t>(n));
+        MANYSHOT_RETURN_IF_ERROR(ReadModelTensorF32(archive_, arch_, name, s, stored.data()));
+        const int64_t in = s[0], out = s[1];
+        float* dst = host.data() + offset;
+        for (int64_t i = 0; i < in; ++i) {
+          for (int64_t o = 0; o < out; ++o) dst[o * in + i] = stored[i * out + o];
         }
-        col += width;
       }
+      offset += n;
     }
     return Upload(host, shape);
   }
@@ -186,10 +177,15 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   }
   WeightReader reader(archive, c.architecture, *backend_, compute_dtype_, weight_dtype_);
   // One tensor of the table into `out`; `out` stays undefined when the config has no such tensor.
+  // Projection weights stored [in, out] are transposed to the held [out, in].
+  auto transposed = [&](TensorRole role, TensorPart part) {
+    return part == TensorPart::kWeight && IsProjection(role) &&
+           traits.layout == WeightLayout::kInOut;
+  };
   auto read = [&](TensorRole role, TensorPart part, int64_t layer, Tensor& out) -> absl::Status {
     if (!HasTensor(c, role, part)) return absl::OkStatus();
     MANYSHOT_ASSIGN_OR_RETURN(out, reader.Read(TensorName(c.architecture, role, part, layer),
-                                               TensorShape(c, role, part)));
+                                               TensorShape(c, role, part), transposed(role, part)));
     return absl::OkStatus();
   };
   // Several roles concatenated along the output dimension, for one GEMM (q | k | v, gate | up).
@@ -200,8 +196,7 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
       if (!HasTensor(c, role, part)) return absl::OkStatus();
       parts.push_back({TensorName(c.architecture, role, part, layer), TensorShape(c, role, part)});
     }
-    const bool rows = part == TensorPart::kBias || traits.layout == WeightLayout::kOutIn;
-    MANYSHOT_ASSIGN_OR_RETURN(out, reader.Fuse(parts, rows));
+    MANYSHOT_ASSIGN_OR_RETURN(out, reader.Fuse(parts, transposed(*roles.begin(), part)));
     return absl::OkStatus();
   };
   using R = TensorRole;
@@ -365,7 +360,7 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   // Index arguments go to the device once per pass.
   b.CopyFromHost(ids.data(), id_t);
   b.CopyFromHost(positions.data(), pos_t);
-  const WeightLayout layout = traits.layout;
+  const WeightLayout layout = WeightLayout::kOutIn;  // as held (Layer)
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   auto norm = [&](const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) {
     if (traits.norm == NormKind::kRms) {
