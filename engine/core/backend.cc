@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,49 +21,54 @@ std::string Describe(const Tensor& t) {
 class Checker {
  public:
   explicit Checker(const char* op) : op_(op) {}
-  Checker& That(bool condition, const std::string& what) {
-    if (!condition && status_.ok()) {
-      status_ = absl::InvalidArgumentError(absl::StrCat(op_, ": ", what));
-    }
-    return *this;
-  }
+  // `what` is the message, or a callable that builds it: fronts run on every op, so messages are
+  // only formatted for a failed condition.
+  template <typename What>
+  Checker& That(bool condition, const What& what);
   Checker& Defined(const Tensor& t, const char* name) {
-    return That(t.defined(), absl::StrCat(name, " is undefined"));
+    return That(t.defined(), [&] { return absl::StrCat(name, " is undefined"); });
   }
   Checker& On(const Tensor& t, Device device, const char* name) {
-    return That(!t.defined() || t.device() == device,
-                absl::StrCat(name, " ", Describe(t), " is not on this backend's device"));
+    return That(!t.defined() || t.device() == device, [&] {
+      return absl::StrCat(name, " ", Describe(t), " is not on this backend's device");
+    });
   }
   Checker& Float(const Tensor& t, const char* name) {
     return That(!t.defined() || IsFloat(t.dtype()),
-                absl::StrCat(name, " ", Describe(t), " must be a float tensor"));
+                [&] { return absl::StrCat(name, " ", Describe(t), " must be a float tensor"); });
   }
   Checker& Is(const Tensor& t, DType dtype, const char* name) {
-    return That(!t.defined() || t.dtype() == dtype,
-                absl::StrCat(name, " ", Describe(t), " must be ", std::string(DTypeName(dtype))));
+    return That(!t.defined() || t.dtype() == dtype, [&] {
+      return absl::StrCat(name, " ", Describe(t), " must be ", std::string(DTypeName(dtype)));
+    });
   }
   Checker& Rank(const Tensor& t, size_t rank, const char* name) {
     return That(!t.defined() || t.rank() == rank,
-                absl::StrCat(name, " ", Describe(t), " must have rank ", rank));
+                [&] { return absl::StrCat(name, " ", Describe(t), " must have rank ", rank); });
   }
   Checker& SameDType(const Tensor& a, const Tensor& b, const char* an, const char* bn) {
-    return That(!a.defined() || !b.defined() || a.dtype() == b.dtype(),
-                absl::StrCat(an, " ", Describe(a), " and ", bn, " ", Describe(b),
-                             " must have the same dtype"));
+    return That(!a.defined() || !b.defined() || a.dtype() == b.dtype(), [&] {
+      return absl::StrCat(an, " ", Describe(a), " and ", bn, " ", Describe(b),
+                          " must have the same dtype");
+    });
   }
   // `weight` in the dtype of `x`, or in one the backend widens for it.
   Checker& WeightDType(const Backend& backend, const Tensor& x, const Tensor& weight,
                        const char* xn, const char* wn) {
     return That(
         !x.defined() || !weight.defined() || backend.SupportsWeightDType(x.dtype(), weight.dtype()),
-        absl::StrCat(wn, " ", Describe(weight), " must have the dtype of ", xn, " ", Describe(x),
-                     " (the ", backend.name(), " backend holds no ",
-                     std::string(DTypeName(weight.dtype())), " weights for ",
-                     std::string(DTypeName(x.dtype())), " activations)"));
+        [&] {
+          return absl::StrCat(wn, " ", Describe(weight), " must have the dtype of ", xn, " ",
+                              Describe(x), " (the ", backend.name(), " backend holds no ",
+                              std::string(DTypeName(weight.dtype())), " weights for ",
+                              std::string(DTypeName(x.dtype())), " activations)");
+        });
   }
   Checker& SameNumel(const Tensor& a, const Tensor& b, const char* an, const char* bn) {
-    return That(a.numel() == b.numel(), absl::StrCat(an, " ", Describe(a), " and ", bn, " ",
-                                                     Describe(b), " must have as many elements"));
+    return That(a.numel() == b.numel(), [&] {
+      return absl::StrCat(an, " ", Describe(a), " and ", bn, " ", Describe(b),
+                          " must have as many elements");
+    });
   }
   const absl::Status& status() const { return status_; }
 
@@ -70,6 +76,24 @@ class Checker {
   const char* op_;
   absl::Status status_;
 };
+
+// A message given as text or as a callable that builds it (Checker::That).
+template <typename What>
+std::string Message(const What& what) {
+  if constexpr (std::is_invocable_v<What>) {
+    return what();
+  } else {
+    return std::string(what);
+  }
+}
+
+template <typename What>
+Checker& Checker::That(bool condition, const What& what) {
+  if (!condition && status_.ok()) {
+    status_ = absl::InvalidArgumentError(absl::StrCat(op_, ": ", Message(what)));
+  }
+  return *this;
+}
 
 int64_t LastDim(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(t.rank() - 1); }
 int64_t LeadingRows(const Tensor& t) {
@@ -198,9 +222,10 @@ void Backend::Embedding(const Tensor& ids, const Tensor& table, const Tensor& ou
         c.Rank(out, 2, "out").Float(table, "table").Float(out, "out");
         c.WeightDType(*this, out, table, "out", "table");
         if (!c.status().ok()) return;
-        c.That(
-            out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1),
-            absl::StrCat("out ", Describe(out), " must be [", ids.dim(0), ", ", table.dim(1), "]"));
+        c.That(out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1), [&] {
+          return absl::StrCat("out ", Describe(out), " must be [", ids.dim(0), ", ", table.dim(1),
+                              "]");
+        });
       },
       [&] { return EmbeddingImpl(ids, table, out, accumulate); });
 }
@@ -215,8 +240,10 @@ void Backend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out)
         if (!c.status().ok()) return;
         c.That(x.rank() >= 1 && out.rank() == x.rank() && out.dim(0) == rows.dim(0) &&
                    out.RowBytes() == x.RowBytes(),
-               absl::StrCat("out ", Describe(out), " must hold ", rows.dim(0), " rows of x ",
-                            Describe(x)));
+               [&] {
+                 return absl::StrCat("out ", Describe(out), " must hold ", rows.dim(0),
+                                     " rows of x ", Describe(x));
+               });
       },
       [&] { return rows.numel() == 0 ? absl::OkStatus() : GatherRowsImpl(x, rows, out); });
 }
@@ -260,16 +287,19 @@ void Backend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout,
         c.On(out, device(), "out").Float(x, "x").Float(weight, "weight");
         c.WeightDType(*this, x, weight, "x", "weight");
         c.SameDType(x, bias, "x", "bias").Rank(weight, 2, "weight");
-        c.That(out.dtype() == x.dtype() || out.dtype() == DType::kF32,
-               absl::StrCat("out ", Describe(out), " must be ", std::string(DTypeName(x.dtype())),
-                            " or f32"));
+        c.That(out.dtype() == x.dtype() || out.dtype() == DType::kF32, [&] {
+          return absl::StrCat("out ", Describe(out), " must be ", std::string(DTypeName(x.dtype())),
+                              " or f32");
+        });
         if (!c.status().ok()) return;
         const int64_t in = layout == WeightLayout::kOutIn ? weight.dim(1) : weight.dim(0);
         const int64_t outf = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
-        c.That(LastDim(x) == in,
-               absl::StrCat("x ", Describe(x), " does not match weight ", Describe(weight)));
-        c.That(LastDim(out) == outf && LeadingRows(out) == LeadingRows(x),
-               absl::StrCat("out ", Describe(out), " must be [", LeadingRows(x), ", ", outf, "]"));
+        c.That(LastDim(x) == in, [&] {
+          return absl::StrCat("x ", Describe(x), " does not match weight ", Describe(weight));
+        });
+        c.That(LastDim(out) == outf && LeadingRows(out) == LeadingRows(x), [&] {
+          return absl::StrCat("out ", Describe(out), " must be [", LeadingRows(x), ", ", outf, "]");
+        });
         c.That(!bias.defined() || bias.numel() == outf, "bias must have the output dimension");
       },
       [&] {
@@ -375,10 +405,10 @@ void CheckAlibi(Checker& c, Device device, const Tensor& q, const AttentionSeque
                 const AttentionSequence& first, size_t s) {
   const std::string what = absl::StrCat("sequence ", s, ": ");
   c.That((seq.alibi_slopes != nullptr) == (first.alibi_slopes != nullptr),
-         what + "every sequence of a call uses ALiBi or none does");
+         [&] { return what + "every sequence of a call uses ALiBi or none does"; });
   if (seq.alibi_slopes == nullptr || !c.status().ok()) return;
   c.That(seq.alibi_slopes->defined() && seq.positions != nullptr && seq.positions->defined(),
-         what + "ALiBi needs slopes and key positions");
+         [&] { return what + "ALiBi needs slopes and key positions"; });
   if (!c.status().ok()) return;
   const Tensor& slopes = *seq.alibi_slopes;
   const Tensor& positions = *seq.positions;
@@ -386,10 +416,12 @@ void CheckAlibi(Checker& c, Device device, const Tensor& q, const AttentionSeque
   c.Rank(slopes, 1, "alibi_slopes").On(positions, device, "positions");
   c.Is(positions, DType::kI32, "positions").Rank(positions, 1, "positions");
   if (!c.status().ok()) return;
-  c.That(slopes.dim(0) == q.dim(1),
-         absl::StrCat(what, slopes.dim(0), " ALiBi slopes for ", q.dim(1), " heads"));
-  c.That(positions.dim(0) >= seq.kv_len,
-         absl::StrCat(what, positions.dim(0), " key positions for ", seq.kv_len, " keys"));
+  c.That(slopes.dim(0) == q.dim(1), [&] {
+    return absl::StrCat(what, slopes.dim(0), " ALiBi slopes for ", q.dim(1), " heads");
+  });
+  c.That(positions.dim(0) >= seq.kv_len, [&] {
+    return absl::StrCat(what, positions.dim(0), " key positions for ", seq.kv_len, " keys");
+  });
 }
 
 void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
@@ -398,30 +430,40 @@ void CheckAttentionRows(Checker& c, Device device, const Tensor& q,
   if (!c.status().ok()) return;
   for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
     const AttentionSequence& seq = sequences[s];
-    c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0),
-           absl::StrCat("sequence ", s, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
-                        ") are outside q's ", q.dim(0), " rows"));
-    c.That(seq.kv_len >= seq.q_len,
-           absl::StrCat("sequence ", s, ": kv_len ", seq.kv_len, " < q_len ", seq.q_len));
+    c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0), [&] {
+      return absl::StrCat("sequence ", s, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
+                          ") are outside q's ", q.dim(0), " rows");
+    });
+    c.That(seq.kv_len >= seq.q_len, [&] {
+      return absl::StrCat("sequence ", s, ": kv_len ", seq.kv_len, " < q_len ", seq.q_len);
+    });
     c.That(seq.kv_len <= std::numeric_limits<int32_t>::max(), "kv_len too large");
     CheckAlibi(c, device, q, seq, sequences.front(), s);
   }
 }
 
 // K/V of one attention source: same dtype, [rows >= len, kv_heads, head_dim], kv_heads | heads.
+// `what` names the source (as Checker::That's messages).
+template <typename What>
 void CheckKeys(Checker& c, Device device, const Tensor& q, const Tensor* k, const Tensor* v,
-               int64_t len, const std::string& what) {
+               int64_t len, const What& what_source) {
+  auto what = [&] { return Message(what_source); };
   c.That(k != nullptr && v != nullptr && k->defined() && v->defined(),
-         absl::StrCat(what, ": k/v are missing"));
+         [&] { return absl::StrCat(what(), ": k/v are missing"); });
   if (!c.status().ok()) return;
   c.On(*k, device, "k").On(*v, device, "v").Float(*k, "k").SameDType(*k, *v, "k", "v");
-  c.Rank(*k, 3, "k").That(k->shape() == v->shape(), absl::StrCat(what, ": k and v shapes differ"));
+  c.Rank(*k, 3, "k").That(k->shape() == v->shape(), [&] {
+    return absl::StrCat(what(), ": k and v shapes differ");
+  });
   if (!c.status().ok()) return;
-  c.That(k->dim(0) >= len, absl::StrCat(what, ": ", len, " keys but k has ", k->dim(0), " rows"));
-  c.That(k->dim(2) == q.dim(2), absl::StrCat(what, ": head_dim ", k->dim(2), " != q's ", q.dim(2)));
-  c.That(
-      k->dim(1) > 0 && q.dim(1) % k->dim(1) == 0,
-      absl::StrCat(what, ": ", q.dim(1), " heads are not a multiple of ", k->dim(1), " kv heads"));
+  c.That(k->dim(0) >= len,
+         [&] { return absl::StrCat(what(), ": ", len, " keys but k has ", k->dim(0), " rows"); });
+  c.That(k->dim(2) == q.dim(2),
+         [&] { return absl::StrCat(what(), ": head_dim ", k->dim(2), " != q's ", q.dim(2)); });
+  c.That(k->dim(1) > 0 && q.dim(1) % k->dim(1) == 0, [&] {
+    return absl::StrCat(what(), ": ", q.dim(1), " heads are not a multiple of ", k->dim(1),
+                        " kv heads");
+  });
 }
 
 }  // namespace
@@ -434,7 +476,7 @@ void Backend::AttendOwn(const Tensor& q, absl::Span<const AttentionSequence> seq
         CheckAttentionRows(c, device(), q, sequences, out);
         for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
           CheckKeys(c, device(), q, sequences[s].k, sequences[s].v, sequences[s].kv_len,
-                    absl::StrCat("sequence ", s));
+                    [&] { return absl::StrCat("sequence ", s); });
           if (s > 0 && c.status().ok()) {
             c.That(sequences[s].k->dtype() == sequences[0].k->dtype(),
                    "every sequence's own K/V must have one dtype");
@@ -463,9 +505,10 @@ void Backend::AttendContext(const Tensor& q, absl::Span<const AttentionSequence>
           c.On(*p, device(), "context.positions").Is(*p, DType::kI32, "context.positions");
           c.Rank(*p, 1, "context.positions");
           if (c.status().ok()) {
-            c.That(
-                p->dim(0) >= context.len,
-                absl::StrCat("context: ", p->dim(0), " key positions for ", context.len, " keys"));
+            c.That(p->dim(0) >= context.len, [&] {
+              return absl::StrCat("context: ", p->dim(0), " key positions for ", context.len,
+                                  " keys");
+            });
           }
         }
       },
@@ -547,21 +590,23 @@ void Backend::AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequ
         for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
           const BiasedAttentionSequence& seq = sequences[s];
           const std::string what = absl::StrCat("sequence ", s);
-          c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0),
-                 absl::StrCat(what, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
-                              ") are outside q's ", q.dim(0), " rows"));
+          c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0), [&] {
+            return absl::StrCat(what, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
+                                ") are outside q's ", q.dim(0), " rows");
+          });
           c.That(seq.kv_len >= 0 && seq.kv_len <= std::numeric_limits<int32_t>::max(),
-                 absl::StrCat(what, ": kv_len ", seq.kv_len, " is out of range"));
+                 [&] { return absl::StrCat(what, ": kv_len ", seq.kv_len, " is out of range"); });
           CheckKeys(c, device(), q, seq.k, seq.v, seq.kv_len, what);
           c.That(seq.bias == nullptr || seq.relative_bias == nullptr,
-                 absl::StrCat(what, ": both bias and relative_bias are set"));
+                 [&] { return absl::StrCat(what, ": both bias and relative_bias are set"); });
           if (seq.bias != nullptr && c.status().ok()) {
             c.Defined(*seq.bias, "bias").On(*seq.bias, device(), "bias");
             c.Is(*seq.bias, DType::kF32, "bias").Rank(*seq.bias, 3, "bias");
             if (!c.status().ok()) break;
-            c.That(seq.bias->shape() == std::vector<int64_t>{q.dim(1), seq.q_len, seq.kv_len},
-                   absl::StrCat(what, ": bias ", Describe(*seq.bias), " must be [", q.dim(1), ", ",
-                                seq.q_len, ", ", seq.kv_len, "] (heads, q_len, kv_len)"));
+            c.That(seq.bias->shape() == std::vector<int64_t>{q.dim(1), seq.q_len, seq.kv_len}, [&] {
+              return absl::StrCat(what, ": bias ", Describe(*seq.bias), " must be [", q.dim(1),
+                                  ", ", seq.q_len, ", ", seq.kv_len, "] (heads, q_len, kv_len)");
+            });
           }
           if (seq.relative_bias != nullptr && c.status().ok()) {
             const Tensor& rel = *seq.relative_bias;
@@ -569,9 +614,10 @@ void Backend::AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequ
             c.Is(rel, DType::kF32, "relative_bias").Rank(rel, 2, "relative_bias");
             if (!c.status().ok()) break;
             const int64_t diagonals = std::max<int64_t>(0, seq.q_len + seq.kv_len - 1);
-            c.That(rel.shape() == std::vector<int64_t>{q.dim(1), diagonals},
-                   absl::StrCat(what, ": relative_bias ", Describe(rel), " must be [", q.dim(1),
-                                ", ", diagonals, "] (heads, q_len + kv_len - 1)"));
+            c.That(rel.shape() == std::vector<int64_t>{q.dim(1), diagonals}, [&] {
+              return absl::StrCat(what, ": relative_bias ", Describe(rel), " must be [", q.dim(1),
+                                  ", ", diagonals, "] (heads, q_len + kv_len - 1)");
+            });
           }
         }
       },

@@ -69,11 +69,11 @@ std::string CpuBackend::description() const {
 }
 
 absl::StatusOr<Tensor> CpuBackend::AllocateImpl(DType dtype, std::vector<int64_t> shape) {
-  std::string shape_text = Tensor(nullptr, dtype, shape).ShapeString();
-  Tensor t = AllocateAligned(dtype, std::move(shape));
+  Tensor t = AllocateAligned(dtype, shape);
   if (!t.defined()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of host memory allocating ", std::string(DTypeName(dtype)), shape_text));
+    return absl::ResourceExhaustedError(absl::StrCat("out of host memory allocating ",
+                                                     std::string(DTypeName(dtype)),
+                                                     Tensor(nullptr, dtype, shape).ShapeString()));
   }
   return t;
 }
