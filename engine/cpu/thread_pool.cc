@@ -13,14 +13,21 @@ namespace {
 // How long a thread spins before it sleeps: consecutive ops of a forward pass arrive
 // microseconds apart, and a condition variable wake-up costs tens of microseconds.
 constexpr std::chrono::microseconds kSpinBudget(200);
+// How long the caller, its own part done, spins for the workers before it sleeps. Decode's
+// parts take tens of microseconds and end within a few of each other, so the workers are
+// usually done sooner than a sleeping caller is woken (3-6% of a decode step in a paired A/B).
+// It is kept short because a worker that was descheduled cannot be helped by spinning: on a
+// machine with more runnable threads than cores the spinning caller holds a core the worker needs
+// (an unbounded caller spin took decode to 25 tok/s at load 3-6).
+constexpr std::chrono::microseconds kCallerSpinBudget(20);
 
-// Spins until ready() or until kSpinBudget has passed; returns ready(). The clock is read once
+// Spins until ready() or until `budget` has passed; returns ready(). The clock is read once
 // every 64 polls, not on every one: reading it continuously was 10-25% of a decode profile, time
 // the sibling hyperthread or the memory system could have used. The pause hint tells the core it
 // is a spin loop.
 template <typename Ready>
-bool SpinUntil(const Ready& ready) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
+bool SpinUntil(const Ready& ready, std::chrono::microseconds budget) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
   while (true) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
@@ -53,7 +60,7 @@ void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {
     // Spin briefly for the next job, then sleep.
-    SpinUntil([&] { return published_.load(std::memory_order_acquire) != seen; });
+    SpinUntil([&] { return published_.load(std::memory_order_acquire) != seen; }, kSpinBudget);
     const std::function<void(int)>* job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -87,12 +94,11 @@ void ThreadPool::Run(const std::function<void(int)>& job) {
   }
   wake_.notify_all();
   job(0);
-  // No spin here: on a machine with more runnable threads than cores, a caller spinning for a
-  // descheduled worker holds the core that worker needs (decode fell to 25 tok/s at load 3-6).
   auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  const bool done = SpinUntil(all_done, kCallerSpinBudget);
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, all_done);
+    if (!done) done_.wait(lock, all_done);
     job_ = nullptr;
   }
   busy_.store(false);

@@ -1,6 +1,7 @@
 // A fixed pool of compute threads with one blocking ParallelFor. Workers sleep on a condition
-// variable between calls (after a short spin), so they never compete with OpenBLAS's threads or
-// another process for the cores while idle. The calling thread takes part in the work.
+// variable between calls (after a short spin; the caller too spins briefly for them), so they never
+// compete with OpenBLAS's threads or another process for the cores while idle. The calling thread
+// takes part in the work.
 #pragma once
 
 #include <atomic>
