@@ -4,7 +4,8 @@
 // weight bytes per second also as a fraction of a same-run memory read bandwidth (decode at batch
 // 1 reads every weight once per token: it is bound by memory, not by FLOPs), with the matrix
 // weights held in f32 and in bf16 (TransformerOptions::weights: half the bytes), and the same
-// with the K/V bytes that decode's attention reads besides the weights.
+// with the K/V bytes that decode's attention reads besides the weights; decode after a context of
+// --tokens minus 16 tokens and after one of 16.
 // --family=llama|bloom|opt: family_prefill_bench.cc; --family=t5: t5_prefill_bench.cc.
 #include <sys/mman.h>
 
@@ -199,21 +200,33 @@ int RunPrefillBench(const BenchOptions& options) {
     std::fprintf(stderr, "manyshot-bench: %s\n", model_bf16.status().ToString().c_str());
     return 1;
   }
+  // Also after a short context (kShortContext tokens), where the weights are nearly all a step
+  // reads, as in llama.cpp's generation benchmark, which starts from an empty context.
+  constexpr int64_t kShortContext = 16;
+  const auto short_tokens = absl::MakeConstSpan(tokens).subspan(0, kShortContext + steps);
+  const auto short_positions = absl::MakeConstSpan(positions).subspan(0, kShortContext + steps);
   const MemoryReadReference memory(threads, size_t{1} << 30);
   const int rounds = std::max(5, options.repeats);
-  double int_gbps = 0, avx_gbps = 0, f32_s = 1e30, bf16_s = 1e30;
+  double int_gbps = 0, avx_gbps = 0, f32_s = 1e30, bf16_s = 1e30, f32_short_s = 1e30,
+         bf16_short_s = 1e30;
   for (int round = 0; round < rounds; ++round) {
     int_gbps = std::max(int_gbps, memory.IntegerSum());
     avx_gbps = std::max(avx_gbps, memory.Avx512Sum());
     f32_s = std::min(f32_s, DecodeSecondsPerToken(**model, tokens, positions, steps));
     bf16_s = std::min(bf16_s, DecodeSecondsPerToken(**model_bf16, tokens, positions, steps));
+    f32_short_s =
+        std::min(f32_short_s, DecodeSecondsPerToken(**model, short_tokens, short_positions, steps));
+    bf16_short_s = std::min(
+        bf16_short_s, DecodeSecondsPerToken(**model_bf16, short_tokens, short_positions, steps));
   }
   const double read_gbps = std::max(int_gbps, avx_gbps);
-  // The steps attend to T - steps + 1 .. T keys (their own included): the mean.
-  const double context = static_cast<double>(2 * T - steps + 1) / 2;
-  const DecodeBytes f32_bytes = DecodeStepBytes(**model, context);
-  const DecodeBytes bf16_bytes = DecodeStepBytes(**model_bf16, context);
+  // Steps after a context of n tokens attend to n + 1 .. n + steps keys (their own included): the
+  // mean.
+  auto mean_keys = [&](int64_t n) { return static_cast<double>(2 * n + steps + 1) / 2; };
+  const DecodeBytes f32_bytes = DecodeStepBytes(**model, mean_keys(T - steps));
+  const DecodeBytes bf16_bytes = DecodeStepBytes(**model_bf16, mean_keys(T - steps));
   report.Add("decode_context_tokens", static_cast<double>(T - steps));
+  report.Add("decode_short_context_tokens", static_cast<double>(kShortContext));
   report.Add("decode_rounds", rounds);
   report.Add("memory_read_gbytes_per_second", read_gbps,
              "GB/s (same-run reference: the faster of the two kernels below)");
@@ -239,6 +252,10 @@ int RunPrefillBench(const BenchOptions& options) {
   report.Add("decode_gflops", DecoderForwardFlops(c, 1, T - steps, 1) / f32_s / 1e9, "GFLOP/s");
   add_decode("decode_bf16_weights_", "bf16 weights", bf16_s, bf16_bytes);
   report.Add("decode_bf16_weights_speedup", f32_s / bf16_s, "x over f32 weights");
+  add_decode("decode_short_context_", "f32 weights, short context", f32_short_s,
+             DecodeStepBytes(**model, mean_keys(kShortContext)));
+  add_decode("decode_short_context_bf16_weights_", "bf16 weights, short context", bf16_short_s,
+             DecodeStepBytes(**model_bf16, mean_keys(kShortContext)));
   report.Print();
   return 0;
 }
