@@ -11,6 +11,9 @@ namespace {
 
 // Below this many weight bytes one thread does the whole product: waking the pool costs more.
 constexpr int64_t kSerialWeightBytes = int64_t{256} << 10;
+// The shortest range of [out, in] weight rows a thread takes at a time (ThreadPool::
+// ParallelForGuided): a few microseconds of streaming, long enough for the prefetchers.
+constexpr int64_t kMinRangeBytes = int64_t{64} << 10;
 
 inline float WeightAt(const float* w, int64_t i) { return w[i]; }
 inline float WeightAt(const uint16_t* w, int64_t i) { return BF16ToF32(w[i]); }
@@ -268,21 +271,28 @@ void GemvTyped(ThreadPool& pool, const float* x, int64_t in, const W* w, WeightL
     });
   };
   if (layout == WeightLayout::kOutIn) {
-    // Threads split the output rows: each streams its own contiguous block of W.
+    // Threads take contiguous ranges of output rows, each streaming its block of W front to back;
+    // guided ranges (long first, then shrinking) so that neither waits long for the other.
+    auto for_each_range = [&](auto&& fn) {
+      if (chunks == 1) {
+        fn(0, out_features);
+        return;
+      }
+      const int64_t row_bytes = in * static_cast<int64_t>(sizeof(W));
+      pool.ParallelForGuided(out_features, std::max<int64_t>(1, kMinRangeBytes / row_bytes), fn);
+    };
     if constexpr (kPairOrder<W>) {
       const int64_t padded = (in + 31) / 32 * 32;
       std::vector<float> xp(static_cast<size_t>(R * padded), 0.0f);
       for (int r = 0; r < R; ++r) {
         for (int64_t i = 0; i < in; ++i) xp[r * padded + PairPosition(i)] = x[r * in + i];
       }
-      for_each_chunk([&](int64_t c) {
-        OutInRangeBF16<R>(xp.data(), padded, in, w, ChunkBegin(out_features, 1, chunks, c),
-                          ChunkBegin(out_features, 1, chunks, c + 1), out_features, bias, out);
+      for_each_range([&](int64_t o0, int64_t o1) {
+        OutInRangeBF16<R>(xp.data(), padded, in, w, o0, o1, out_features, bias, out);
       });
     } else {
-      for_each_chunk([&](int64_t c) {
-        OutInRange<R>(x, in, w, ChunkBegin(out_features, 1, chunks, c),
-                      ChunkBegin(out_features, 1, chunks, c + 1), out_features, bias, out);
+      for_each_range([&](int64_t o0, int64_t o1) {
+        OutInRange<R>(x, in, w, o0, o1, out_features, bias, out);
       });
     }
     return;

@@ -131,4 +131,26 @@ void ThreadPool::ParallelForEach(int64_t n, const std::function<void(int64_t, in
   });
 }
 
+void ThreadPool::ParallelForGuided(int64_t n, int64_t min_range,
+                                   const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  min_range = std::max<int64_t>(1, min_range);
+  if (size() == 1 || n <= min_range) {
+    fn(0, n);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  const int64_t divisor = 2 * static_cast<int64_t>(size());
+  Run([&](int) {
+    int64_t begin = next.load(std::memory_order_relaxed);
+    while (begin < n) {
+      const int64_t end = std::min(n, begin + std::max(min_range, (n - begin) / divisor));
+      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+        fn(begin, end);
+        begin = next.load(std::memory_order_relaxed);
+      }
+    }
+  });
+}
+
 }  // namespace manyshot

@@ -28,6 +28,13 @@ class ThreadPool {
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
   // Calls fn(i, thread) for every i in [0, n), handing indices out dynamically (uneven work).
   void ParallelForEach(int64_t n, const std::function<void(int64_t, int)>& fn);
+  // Calls fn(begin, end) over a partition of [0, n) into contiguous ranges handed out as threads
+  // ask for them ("guided"): each range is the remaining count over 2 * size(), at least
+  // min_range (the last may be shorter). Long ranges first keep each thread's reads sequential;
+  // the shrinking tail lets a thread that ran faster (its memory requests served sooner) take
+  // more, so no thread waits long for the slowest at the end.
+  void ParallelForGuided(int64_t n, int64_t min_range,
+                         const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void WorkerLoop(int index);

@@ -4,18 +4,26 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace manyshot {
 namespace {
 
-// Runs ParallelFor and ParallelForEach over n indices and checks each index was visited once.
+// Runs ParallelFor, ParallelForEach and ParallelForGuided over n indices and checks each index
+// was visited once by each.
 void ExpectEveryIndexOnce(ThreadPool& pool, int64_t n) {
   std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
   pool.ParallelFor(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+  });
+  pool.ParallelForGuided(n, 1 + n % 5, [&](int64_t begin, int64_t end) {
+    ASSERT_LT(begin, end);
     for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
   });
   pool.ParallelForEach(n, [&](int64_t i, int thread) {
@@ -23,7 +31,7 @@ void ExpectEveryIndexOnce(ThreadPool& pool, int64_t n) {
     ASSERT_LT(thread, pool.size());
     hits[i].fetch_add(1);
   });
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 2) << "index " << i << " of " << n;
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 3) << "index " << i << " of " << n;
 }
 
 TEST(ThreadPoolTest, BackToBackCallsWhileTheWorkersSpin) {
@@ -47,6 +55,30 @@ TEST(ThreadPoolTest, NestedCallsRunSeriallyInsideTheOuterOne) {
     pool.ParallelFor(10, [&](int64_t begin, int64_t end) { total.fetch_add(end - begin); });
   });
   EXPECT_EQ(total.load(), 80);
+}
+
+TEST(ThreadPoolTest, GuidedRangesShrinkAndRespectTheMinimum) {
+  ThreadPool pool(2);
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  pool.ParallelForGuided(1000, 30, [&](int64_t begin, int64_t end) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ranges.push_back({begin, end});
+  });
+  std::sort(ranges.begin(), ranges.end());
+  ASSERT_FALSE(ranges.empty());
+  EXPECT_EQ(ranges.front().first, 0);
+  EXPECT_EQ(ranges.back().second, 1000);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const int64_t length = ranges[i].second - ranges[i].first;
+    // A quarter of what was left (2 threads), at least 30, except for the last range.
+    EXPECT_EQ(length, std::min<int64_t>(1000 - ranges[i].first,
+                                        std::max<int64_t>(30, (1000 - ranges[i].first) / 4)))
+        << "range " << i;
+    if (i > 0) {
+      EXPECT_EQ(ranges[i].first, ranges[i - 1].second);
+    }
+  }
 }
 
 TEST(ThreadPoolTest, OneThreadRunsEverythingOnTheCaller) {
