@@ -300,7 +300,8 @@ CacheStats ContextCache::Stats() const {
     s = counters_;
   }
   const MemoryTier::Stats m = memory_->stats();
-  s.memory_bytes = m.bytes;
+  s.memory_bytes = m.bytes - m.reserved_bytes;
+  s.memory_reserved_bytes = m.reserved_bytes;
   s.memory_entries = m.entries;
   s.memory_pinned_entries = m.pinned_entries;
   s.memory_budget_bytes = m.budget_bytes;

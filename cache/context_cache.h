@@ -52,7 +52,10 @@ struct ContextCacheOptions {
 // Counters and gauges for the server's /metrics.
 struct CacheStats {
   // Gauges.
-  uint64_t memory_bytes = 0;
+  uint64_t memory_bytes = 0;  // of the contexts the memory tier holds
+  // Counted against the memory tier's budget besides the contexts (MemoryReservation): what T5
+  // tasks keep between queries.
+  uint64_t memory_reserved_bytes = 0;
   uint64_t memory_entries = 0;
   uint64_t memory_pinned_entries = 0;
   uint64_t memory_budget_bytes = 0;

@@ -43,14 +43,76 @@ std::optional<PinnedContext> MemoryTier::Lookup(const std::string& key) {
   return PinnedContext(this, std::move(entry));
 }
 
+MemoryReservation& MemoryReservation::operator=(MemoryReservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    tier_ = other.tier_;
+    bytes_ = other.bytes_;
+    other.tier_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void MemoryReservation::Release() {
+  if (tier_) tier_->Unreserve(bytes_);
+  tier_ = nullptr;
+  bytes_ = 0;
+}
+
 PinnedContext MemoryTier::Insert(const std::string& key,
                                  std::shared_ptr<const EncodedContext> ctx) {
   std::vector<std::shared_ptr<Entry>> evicted;
   PinnedContext pinned = InsertLocked(key, std::move(ctx), evicted);
-  if (on_evict_) {
-    for (const auto& e : evicted) on_evict_(e->key, e->context);
-  }
+  SendToSink(evicted);
   return pinned;
+}
+
+std::optional<MemoryReservation> MemoryTier::Reserve(size_t bytes) {
+  std::vector<std::shared_ptr<Entry>> evicted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!MakeRoomLocked(bytes, evicted)) {
+      ++counters_.rejected;
+      return std::nullopt;
+    }
+    bytes_ += bytes;
+    reserved_ += bytes;
+  }
+  SendToSink(evicted);
+  return MemoryReservation(this, bytes);
+}
+
+void MemoryTier::Unreserve(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bytes_ -= bytes;
+  reserved_ -= bytes;
+}
+
+void MemoryTier::SendToSink(const std::vector<std::shared_ptr<Entry>>& evicted) {
+  if (!on_evict_) return;
+  for (const auto& e : evicted) on_evict_(e->key, e->context);
+}
+
+bool MemoryTier::MakeRoomLocked(size_t bytes, std::vector<std::shared_ptr<Entry>>& evicted) {
+  size_t evictable = 0;
+  for (const auto& e : lru_) {
+    if (e->pins == 0) evictable += e->bytes;
+  }
+  if (bytes > budget_ || bytes_ - evictable + bytes > budget_) return false;
+  for (auto it = lru_.begin(); it != lru_.end() && bytes_ + bytes > budget_;) {
+    if ((*it)->pins > 0) {
+      ++it;
+      continue;
+    }
+    bytes_ -= (*it)->bytes;
+    (*it)->resident = (*it)->counted = false;
+    index_.erase((*it)->key);
+    evicted.push_back(*it);
+    it = lru_.erase(it);
+    ++counters_.evictions;
+  }
+  return true;
 }
 
 PinnedContext MemoryTier::InsertLocked(const std::string& key,
@@ -69,25 +131,9 @@ PinnedContext MemoryTier::InsertLocked(const std::string& key,
   entry->context = std::move(ctx);
   entry->pins = 1;
   // Admit only if evicting unpinned entries can make room; otherwise evict nothing.
-  size_t evictable = 0;
-  for (const auto& e : lru_) {
-    if (e->pins == 0) evictable += e->bytes;
-  }
-  if (entry->bytes > budget_ || bytes_ - evictable + entry->bytes > budget_) {
+  if (!MakeRoomLocked(entry->bytes, evicted)) {
     ++counters_.rejected;
     return PinnedContext(nullptr, std::move(entry));
-  }
-  for (auto it = lru_.begin(); it != lru_.end() && bytes_ + entry->bytes > budget_;) {
-    if ((*it)->pins > 0) {
-      ++it;
-      continue;
-    }
-    bytes_ -= (*it)->bytes;
-    (*it)->resident = (*it)->counted = false;
-    index_.erase((*it)->key);
-    evicted.push_back(*it);
-    it = lru_.erase(it);
-    ++counters_.evictions;
   }
   entry->resident = entry->counted = true;
   bytes_ += entry->bytes;
@@ -128,6 +174,7 @@ MemoryTier::Stats MemoryTier::stats() const {
   Stats s = counters_;
   s.budget_bytes = budget_;
   s.bytes = bytes_;
+  s.reserved_bytes = reserved_;
   s.entries = lru_.size();
   for (const auto& e : lru_) s.pinned_entries += e->pins > 0 ? 1 : 0;
   return s;

@@ -4,8 +4,13 @@
 // Backend (the encoder's or the loader's), so with a CUDA backend the tier is GPU memory.
 //
 // Invariant: bytes() <= budget at all times, counting exactly the tensor bytes of every context
-// the tier holds (resident entries plus entries erased while still pinned). A context that cannot
-// fit even after evicting every unpinned entry is not admitted: its handle owns it alone.
+// the tier holds (resident entries plus entries erased while still pinned) and every live
+// reservation. A context that cannot fit even after evicting every unpinned entry is not
+// admitted: its handle owns it alone.
+//
+// A reservation (MemoryReservation, RAII) counts bytes the tier does not hold against the same
+// budget: device memory a task keeps between queries outside any context (a T5 task's first-layer
+// q|k|v), so that the budget bounds everything the served tasks keep, not the contexts alone.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/prompting/context_encoder.h"
@@ -57,17 +63,39 @@ class PinnedContext {
   std::shared_ptr<Entry> entry_;
 };
 
+// Bytes counted against a tier's budget for the lifetime of the handle. Move-only; the tier must
+// outlive it.
+class MemoryReservation {
+ public:
+  MemoryReservation() = default;
+  ~MemoryReservation() { Release(); }
+  MemoryReservation(MemoryReservation&& other) noexcept { *this = std::move(other); }
+  MemoryReservation& operator=(MemoryReservation&& other) noexcept;
+  MemoryReservation(const MemoryReservation&) = delete;
+  MemoryReservation& operator=(const MemoryReservation&) = delete;
+
+  size_t bytes() const { return bytes_; }
+  void Release();
+
+ private:
+  friend class MemoryTier;
+  MemoryReservation(MemoryTier* tier, size_t bytes) : tier_(tier), bytes_(bytes) {}
+  MemoryTier* tier_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 class MemoryTier {
  public:
   struct Stats {
     uint64_t budget_bytes = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;  // contexts and reservations
+    uint64_t reserved_bytes = 0;
     uint64_t entries = 0;         // resident (erased-but-pinned ones not included)
     uint64_t pinned_entries = 0;  // resident entries with at least one pin
     uint64_t hits = 0;
     uint64_t misses = 0;
     uint64_t evictions = 0;
-    uint64_t rejected = 0;  // contexts too big to admit
+    uint64_t rejected = 0;  // contexts too big to admit, and reservations refused
   };
 
   // Receives each entry the LRU evicts (not erased ones), after the tier's lock is released.
@@ -85,6 +113,10 @@ class MemoryTier {
   // Admits `ctx` under `key` (evicting least recently used unpinned entries to make room) and
   // returns it pinned. When `key` is already resident, that entry is pinned and returned instead.
   PinnedContext Insert(const std::string& key, std::shared_ptr<const EncodedContext> ctx);
+  // Counts `bytes` against the budget (evicting least recently used unpinned entries to make
+  // room) until the returned handle is released; nullopt when they cannot fit even after evicting
+  // every unpinned entry (then nothing is evicted).
+  std::optional<MemoryReservation> Reserve(size_t bytes);
   // Drops `key`: now when unpinned, else when its last pin is released (its bytes stay counted
   // until then, since the memory is still in use). No-op when absent.
   void Erase(const std::string& key);
@@ -98,8 +130,14 @@ class MemoryTier {
 
  private:
   friend class PinnedContext;
+  friend class MemoryReservation;
   using Entry = PinnedContext::Entry;
   void Unpin(Entry* entry);
+  void Unreserve(size_t bytes);
+  // Evicts least recently used unpinned entries (into `evicted`) until `bytes` more fit; false,
+  // evicting nothing, when they cannot fit even after evicting every unpinned entry.
+  bool MakeRoomLocked(size_t bytes, std::vector<std::shared_ptr<Entry>>& evicted);
+  void SendToSink(const std::vector<std::shared_ptr<Entry>>& evicted);
   PinnedContext InsertLocked(const std::string& key, std::shared_ptr<const EncodedContext> ctx,
                              std::vector<std::shared_ptr<Entry>>& evicted);
 
@@ -108,7 +146,8 @@ class MemoryTier {
   mutable std::mutex mutex_;
   std::list<std::shared_ptr<Entry>> lru_;  // front: least recently used
   std::unordered_map<std::string, std::list<std::shared_ptr<Entry>>::iterator> index_;
-  size_t bytes_ = 0;
+  size_t bytes_ = 0;  // contexts and reservations
+  size_t reserved_ = 0;
   Stats counters_;
 };
 

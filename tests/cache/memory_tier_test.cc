@@ -1,6 +1,10 @@
 // The memory tier: LRU order, pinning, the byte budget exact to the byte.
 #include "cache/memory_tier.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "tests/cache/support/cache_test_support.h"
 #include "tests/engine/support/golden_models.h"
@@ -111,6 +115,46 @@ TEST(MemoryTierTest, MovedHandlesUnpinOnce) {
   EXPECT_EQ(tier.stats().pinned_entries, 1u);
   b = PinnedContext();
   EXPECT_EQ(tier.stats().pinned_entries, 0u);
+}
+
+TEST(MemoryTierTest, ReservationsShareTheBudgetAndEvictUnpinnedContexts) {
+  std::vector<std::string> sunk;
+  MemoryTier tier(256 * 30, [&](const std::string& key, std::shared_ptr<const EncodedContext>) {
+    sunk.push_back(key);
+  });
+  tier.Insert("a", Ctx(10));
+  PinnedContext b = tier.Insert("b", Ctx(10));
+  tier.Insert("c", Ctx(10));
+  // 2560 more bytes than are free: the least recently used unpinned context (a) goes, to the
+  // eviction sink like any eviction.
+  std::optional<MemoryReservation> held = tier.Reserve(1000);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->bytes(), 1000u);
+  EXPECT_EQ(tier.KeysByRecency(), (Keys{"b", "c"}));
+  EXPECT_EQ(sunk, Keys{"a"});
+  MemoryTier::Stats s = tier.stats();
+  EXPECT_EQ(s.bytes, 2u * 2560 + 1000);
+  EXPECT_EQ(s.reserved_bytes, 1000u);
+  EXPECT_EQ(s.evictions, 1u);
+  // With b pinned, at most c's 2560 bytes can be freed, leaving room for 4120: 4121 more cannot
+  // fit, and nothing is evicted trying.
+  EXPECT_FALSE(tier.Reserve(4121).has_value());
+  EXPECT_EQ(tier.KeysByRecency(), (Keys{"b", "c"}));
+  EXPECT_EQ(tier.stats().rejected, 1u);
+  EXPECT_FALSE(tier.Reserve(256 * 30 + 1).has_value());  // more than the whole budget
+  // A context that would not fit beside the reservation is refused, not admitted over budget.
+  tier.Erase("c");
+  EXPECT_FALSE(tier.Insert("d", Ctx(20)).cached());
+  EXPECT_EQ(tier.bytes(), 2560u + 1000);
+  // Released on destruction (or Release), once, also after a move.
+  MemoryReservation moved = *std::move(held);
+  held.reset();
+  EXPECT_EQ(tier.stats().reserved_bytes, 1000u);
+  moved.Release();
+  moved.Release();
+  EXPECT_EQ(tier.stats().reserved_bytes, 0u);
+  EXPECT_EQ(tier.bytes(), 2560u);
+  EXPECT_TRUE(tier.Insert("d", Ctx(20)).cached());
 }
 
 }  // namespace
