@@ -46,6 +46,10 @@ class CacheCollector : public prometheus::Collectable {
     using T = prometheus::MetricType;
     add("manyshot_cache_bytes", "Bytes of key/value state held, per tier.", T::Gauge,
         Tiers(s.memory_bytes, s.host_bytes, s.disk_bytes));
+    add("manyshot_memory_reserved_bytes",
+        "Bytes counted against the memory tier's budget besides its key/value state: what T5 "
+        "tasks keep between queries (their demonstrations' first-layer q|k|v).",
+        T::Gauge, {{"", s.memory_reserved_bytes}});
     add("manyshot_cache_budget_bytes", "Byte budget per tier (0: unlimited).", T::Gauge,
         Tiers(s.memory_budget_bytes, s.host_budget_bytes, s.disk_budget_bytes));
     add("manyshot_cache_entries", "Cache entries per tier.", T::Gauge,

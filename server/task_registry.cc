@@ -43,7 +43,8 @@ void SetTime(google::protobuf::Timestamp* t, int64_t micros) {
 // What a T5 task keeps between queries (TaskStats.cache_holds; README "T5").
 constexpr char kT5CacheHolds[] =
     "each demonstration's token ids (cut to the segment length) and the first encoder layer's "
-    "q|k|v of its tokens, in memory, rebuilt from the stored demonstrations after a restart; "
+    "q|k|v of its tokens, in memory (counted against the memory tier's budget), rebuilt from the "
+    "stored demonstrations after a restart; "
     "nothing in the KV tiers: from the first layer's attention on, a demonstration's encoder "
     "states depend on the test input, so the encoder runs per query over every demonstration in "
     "one batch (per-query encoder work linear in the number of demonstrations in SAICL, FID, "
@@ -340,6 +341,26 @@ TaskRegistry::CreateResult TaskRegistry::Publish(const std::shared_ptr<TaskVersi
   return result;
 }
 
+absl::StatusOr<MemoryReservation> TaskRegistry::ReserveT5(const T5Task& task,
+                                                          const std::string& task_id) {
+  const Tensor& qkv = task.demonstrations().first_layer.qkv;
+  const size_t bytes = qkv.defined() ? qkv.bytes() : 0;
+  MemoryTier& memory = cache_.memory();
+  std::optional<MemoryReservation> held = memory.Reserve(bytes);
+  if (!held) {
+    const MemoryTier::Stats m = memory.stats();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "T5 task \"", task_id, "\" keeps ", bytes,
+        " bytes between queries (its demonstrations' first-layer q|k|v), more than the memory "
+        "tier can free within its budget of ",
+        m.budget_bytes, " bytes (", m.bytes,
+        " in use, by contexts and other T5 tasks, some pinned by requests in flight); raise "
+        "--memory_budget_bytes (--gpu_memory_budget_bytes on the CUDA backend), delete tasks, or "
+        "use fewer or shorter demonstrations"));
+  }
+  return *std::move(held);
+}
+
 absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
     const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
     const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos,
@@ -350,11 +371,14 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
   if (!prepared.ok()) return fail(prepared.status());
   std::shared_ptr<T5Task> task = *std::move(prepared);
   const T5DemonstrationSet& set = task->demonstrations();
+  auto held = ReserveT5(*task, task_id);
+  if (!held.ok()) return fail(held.status());
 
   auto version = std::make_shared<TaskVersion>();
   version->tenant = tenant;
   version->task_id = task_id;
   version->task = task;
+  version->held = *std::move(held);
   *version->stored.mutable_spec() = spec;
   *version->stored.mutable_demonstrations() = demos;
   v1::Task& t = *version->stored.mutable_task();
@@ -511,6 +535,9 @@ absl::StatusOr<std::shared_ptr<ServedTask>> TaskRegistry::EngineTask(const TaskV
     if (!options.ok()) return options.status();
     auto task = T5Task::Prepare(*model_.t5, *model_.tokenizer, *options, *examples);
     if (!task.ok()) return task.status();
+    auto held = ReserveT5(**task, version.task_id);
+    if (!held.ok()) return held.status();
+    version.held = *std::move(held);
     version.task = *std::move(task);
     return version.task;
   }

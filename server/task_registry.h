@@ -111,6 +111,10 @@ class TaskRegistry {
       const T5TaskOptions& options, const std::vector<Example>& examples, const std::string& hash,
       int64_t now, const Entry& previous, const std::function<absl::Status(absl::Status)>& fail);
 
+  // Counts what a prepared T5 task keeps between queries against the memory tier's budget;
+  // RESOURCE_EXHAUSTED, naming the bytes and the budget, when it cannot fit.
+  absl::StatusOr<MemoryReservation> ReserveT5(const T5Task& task, const std::string& task_id);
+
   const LoadedModel& model_;
   ContextCache& cache_;
   const ServerConfig& config_;

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "cache/memory_tier.h"
 #include "cache/task_record.h"
 #include "engine/prompting/icl_task.h"
 #include "engine/prompting/served_task.h"
@@ -34,6 +36,9 @@ struct TaskVersion {
   mutable std::mutex prepare_mutex;
   mutable std::shared_ptr<ServedTask> task;
   mutable std::shared_ptr<IclTask> icl_task;
+  // What a T5 task keeps between queries (its demonstrations' first-layer q|k|v), counted against
+  // the memory tier's budget for as long as this version lives; set with `task`.
+  mutable std::optional<MemoryReservation> held;
 };
 
 }  // namespace manyshot::server

@@ -110,6 +110,99 @@ TEST(T5ServerTest, ServesAT5DirectoryAsEncoderDecoderThroughTheCli) {
   EXPECT_EQ(*exit_status, 0) << server.Stderr();
 }
 
+// The gauge manyshot_memory_reserved_bytes from the server's /metrics (-1 when absent).
+double ReservedBytes(const ServerUnderTest& server) {
+  const std::string body = HttpGet(server.metrics_port(), "/metrics").body;
+  std::smatch m;
+  static const std::regex re(R"(\nmanyshot_memory_reserved_bytes ([0-9.e+]+)\n)");
+  return std::regex_search(body, m, re) ? std::stod(m[1].str()) : -1;
+}
+
+// What a T5 task keeps between queries (its demonstrations' first-layer q|k|v: tokens x 3 x inner
+// f32 values) is counted against --memory_budget_bytes: the metric shows it, a task that does not
+// fit beside the others is RESOURCE_EXHAUSTED naming the flag, and deleting a task gives its bytes
+// back. After a restart a task's bytes are counted again once it is prepared (first query).
+TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
+  TempDir dir;
+  const fs::path model = dir.path() / "t5";
+  CommandResult made = RunCommand(
+      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
+      dir.path());
+  ASSERT_EQ(made.exit_status, 0) << made.err;
+  WriteUnigramTokenizer(model);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(model / "config.json"));
+  const int64_t inner = config["num_heads"].get<int64_t>() * config["d_kv"].get<int64_t>();
+  std::ofstream(dir.path() / "demos.tsv") << "text\tlabel\ngood movie\tpositive\ndull\tnegative\n"
+                                             "fun\tpositive\nbad movie\tnegative\n";
+  std::ofstream(dir.path() / "inputs.txt") << "good\n";
+  auto cli_of = [&](const ServerUnderTest& server) {
+    return [&](std::vector<std::string> args) {
+      args.insert(args.begin(), {CliBinary(), "--server=" + server.address()});
+      return RunCommand(args, dir.path());
+    };
+  };
+  auto create = [&](auto& cli, const std::string& id) {
+    return cli({"create", id, "--file=" + (dir.path() / "demos.tsv").string(),
+                "--template={text}:", "--labels=negative,positive", "--mode=saicl"});
+  };
+
+  // Learn one task's bytes on a server with the default budget.
+  double one_task = 0;
+  {
+    ServerUnderTest server(dir.path() / "sizing", {"--threads=1", "--model_dir=" + model.string()});
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    auto cli = cli_of(server);
+    EXPECT_EQ(ReservedBytes(server), 0);
+    CommandResult created = create(cli, "a");
+    ASSERT_EQ(created.exit_status, 0) << created.err;
+    auto stub = v1::ManyShot::NewStub(server.Channel());
+    grpc::ClientContext context;
+    v1::GetTaskRequest get;
+    get.set_task_id("a");
+    v1::Task task;
+    ASSERT_TRUE(stub->GetTask(&context, get, &task).ok());
+    one_task = ReservedBytes(server);
+    EXPECT_EQ(one_task,
+              static_cast<double>(task.stats().context_tokens()) * 3 * inner * sizeof(float));
+    ASSERT_GT(one_task, 0);
+  }
+
+  // Room for one task and a half.
+  const fs::path data = dir.path() / "data";
+  const std::vector<std::string> flags = {
+      "--threads=1", "--model_dir=" + model.string(),
+      "--memory_budget_bytes=" + std::to_string(static_cast<uint64_t>(one_task * 1.5))};
+  {
+    ServerUnderTest server(data, flags);
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    auto cli = cli_of(server);
+    ASSERT_EQ(create(cli, "a").exit_status, 0);
+    EXPECT_EQ(ReservedBytes(server), one_task);
+    CommandResult refused = create(cli, "b");
+    EXPECT_NE(refused.exit_status, 0);
+    EXPECT_NE(refused.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("first-layer q|k|v"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("--memory_budget_bytes"), std::string::npos) << refused.err;
+    EXPECT_EQ(ReservedBytes(server), one_task);
+    CommandResult deleted = cli({"delete", "a"});
+    ASSERT_EQ(deleted.exit_status, 0) << deleted.err;
+    EXPECT_EQ(ReservedBytes(server), 0);
+    CommandResult created = create(cli, "b");
+    ASSERT_EQ(created.exit_status, 0) << created.err;
+    EXPECT_EQ(ReservedBytes(server), one_task);
+  }
+  {
+    ServerUnderTest server(data, flags);
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    auto cli = cli_of(server);
+    EXPECT_EQ(ReservedBytes(server), 0);  // not prepared yet
+    CommandResult classified =
+        cli({"classify", "b", "--file=" + (dir.path() / "inputs.txt").string()});
+    ASSERT_EQ(classified.exit_status, 0) << classified.err;
+    EXPECT_EQ(ReservedBytes(server), one_task);
+  }
+}
+
 // `manyshot eval` on a T5 server: SAICL and GROUP_FID (one task per mode) at 2 and 4 shots over 2
 // samples. A random model's accuracies are checked for shape, range and determinism only; every
 // task the run creates is gone afterwards; decoder-only modes are refused before any task.
