@@ -38,14 +38,19 @@ void WriteUnigramTokenizer(const fs::path& dir) {
   WriteUnigramTokenizerJson(dir, vocab, R"({"eos_token": "</s>"})");
 }
 
+// A tiny random T5 model (make-tiny-t5) with the tokenizer above in `model`.
+void MakeTinyT5(const fs::path& model) {
+  CommandResult made = RunCommand(
+      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
+      model.parent_path());
+  ASSERT_EQ(made.exit_status, 0) << made.err;
+  WriteUnigramTokenizer(model);
+}
+
 TEST(T5ServerTest, ServesAT5DirectoryAsEncoderDecoderThroughTheCli) {
   TempDir dir;
   const fs::path model = dir.path() / "t5";
-  CommandResult made = RunCommand(
-      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
-      dir.path());
-  ASSERT_EQ(made.exit_status, 0) << made.err;
-  WriteUnigramTokenizer(model);
+  ASSERT_NO_FATAL_FAILURE(MakeTinyT5(model));
   std::ofstream(dir.path() / "demos.tsv") << "text\tlabel\ngood movie\tpositive\ndull\tnegative\n"
                                              "fun\tpositive\nbad movie\tnegative\n";
 
@@ -125,11 +130,7 @@ double ReservedBytes(const ServerUnderTest& server) {
 TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
   TempDir dir;
   const fs::path model = dir.path() / "t5";
-  CommandResult made = RunCommand(
-      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
-      dir.path());
-  ASSERT_EQ(made.exit_status, 0) << made.err;
-  WriteUnigramTokenizer(model);
+  ASSERT_NO_FATAL_FAILURE(MakeTinyT5(model));
   nlohmann::json config = nlohmann::json::parse(std::ifstream(model / "config.json"));
   const int64_t inner = config["num_heads"].get<int64_t>() * config["d_kv"].get<int64_t>();
   std::ofstream(dir.path() / "demos.tsv") << "text\tlabel\ngood movie\tpositive\ndull\tnegative\n"
@@ -209,11 +210,7 @@ TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
 TEST(T5ServerTest, EvalRunsTheSaiclPaperModes) {
   TempDir dir;
   const fs::path model = dir.path() / "t5";
-  CommandResult made = RunCommand(
-      {(fs::path(MANYSHOT_BINARY_DIR) / "tools/make-tiny-t5").string(), "--out=" + model.string()},
-      dir.path());
-  ASSERT_EQ(made.exit_status, 0) << made.err;
-  WriteUnigramTokenizer(model);
+  ASSERT_NO_FATAL_FAILURE(MakeTinyT5(model));
   std::ofstream(dir.path() / "train.tsv")
       << "text\tlabel\ngood movie\tpositive\ndull\tnegative\nfun\tpositive\nbad movie\tnegative\n"
          "good fun\tpositive\ndull movie\tnegative\nfun movie\tpositive\nbad\tnegative\n";
