@@ -63,13 +63,9 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMANYSH
 # ---- runtime base (shared by both targets) -----------------------------------------------------
 FROM ${BASE_IMAGE} AS runtime
 COPY scripts/debian_packages.sh /usr/local/share/manyshot/debian_packages.sh
-# fonts-dejavu-core: the font fontconfig gives the `sans-serif` that `manyshot eval --plot` asks
-# cairo for (titles, axis labels, legend). libcairo2's fontconfig-config already pulls it in as
-# the first of its font alternatives; named here so that the plots' text does not rest on that
-# choice (without any font, cairo falls back to its built-in stroked "twin" font).
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      $(bash /usr/local/share/manyshot/debian_packages.sh runtime) fonts-dejavu-core \
+      $(bash /usr/local/share/manyshot/debian_packages.sh runtime) \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 manyshot \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /data --shell /usr/sbin/nologin manyshot \

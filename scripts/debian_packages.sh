@@ -3,6 +3,7 @@
 # Dockerfile both install from, so the image builds with exactly what the tests build with.
 #   debian_packages.sh build    compile manyshot-server and the manyshot CLI (-DBUILD_TESTING=OFF)
 #   debian_packages.sh runtime  run them: the shared libraries they load (`ldd` of both binaries)
+#                               and the font of the CLI's plots
 #   debian_packages.sh test     what the test suite, the benchmarks and the tools add to "build"
 #   debian_packages.sh all      build + test (what scripts/setup.sh installs)
 set -euo pipefail
@@ -24,8 +25,11 @@ runtime=(
   libopenblas0-pthread libgfortran5 libquadmath0 libxxhash0
   # RocksDB is linked statically; these are its compression libraries
   libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g
-  # the manyshot CLI's plots
-  libcairo2
+  # the manyshot CLI's plots, and the font fontconfig gives the `sans-serif` they ask cairo for
+  # (titles, axis labels, legend): libcairo2's fontconfig-config pulls it in as the first of its
+  # font alternatives, named here so the plots' text does not rest on that choice (without any
+  # font, cairo falls back to its built-in stroked "twin" font)
+  libcairo2 fonts-dejavu-core
 )
 test=(
   clang-format libgtest-dev libgmock-dev
