@@ -342,12 +342,24 @@ TaskRegistry::CreateResult TaskRegistry::Publish(const std::shared_ptr<TaskVersi
 }
 
 absl::StatusOr<MemoryReservation> TaskRegistry::ReserveT5(const T5Task& task,
-                                                          const std::string& task_id) {
+                                                          const std::string& task_id,
+                                                          const TaskVersion* replaced) {
   const Tensor& qkv = task.demonstrations().first_layer.qkv;
   const size_t bytes = qkv.defined() ? qkv.bytes() : 0;
   MemoryTier& memory = cache_.memory();
   std::optional<MemoryReservation> held = memory.Reserve(bytes);
   if (!held) {
+    // A replace holds both versions' bytes until the old version is gone.
+    std::string replace_hint;
+    if (replaced != nullptr) {
+      std::lock_guard<std::mutex> lock(replaced->prepare_mutex);
+      if (replaced->held && replaced->held->bytes() > 0) {
+        replace_hint = absl::StrCat(
+            "; the version it replaces keeps ", replaced->held->bytes(),
+            " of those bytes until it is gone, so delete the task first to replace it within this "
+            "budget");
+      }
+    }
     const MemoryTier::Stats m = memory.stats();
     return absl::ResourceExhaustedError(absl::StrCat(
         "T5 task \"", task_id, "\" keeps ", bytes,
@@ -356,7 +368,8 @@ absl::StatusOr<MemoryReservation> TaskRegistry::ReserveT5(const T5Task& task,
         m.budget_bytes, " bytes (", m.bytes,
         " in use, by contexts and other T5 tasks, some pinned by requests in flight); raise "
         "--memory_budget_bytes (--gpu_memory_budget_bytes on the CUDA backend), delete tasks, or "
-        "use fewer or shorter demonstrations"));
+        "use fewer or shorter demonstrations",
+        replace_hint));
   }
   return *std::move(held);
 }
@@ -371,7 +384,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
   if (!prepared.ok()) return fail(prepared.status());
   std::shared_ptr<T5Task> task = *std::move(prepared);
   const T5DemonstrationSet& set = task->demonstrations();
-  auto held = ReserveT5(*task, task_id);
+  auto held = ReserveT5(*task, task_id, previous.current.get());
   if (!held.ok()) return fail(held.status());
 
   auto version = std::make_shared<TaskVersion>();
@@ -535,7 +548,7 @@ absl::StatusOr<std::shared_ptr<ServedTask>> TaskRegistry::EngineTask(const TaskV
     if (!options.ok()) return options.status();
     auto task = T5Task::Prepare(*model_.t5, *model_.tokenizer, *options, *examples);
     if (!task.ok()) return task.status();
-    auto held = ReserveT5(**task, version.task_id);
+    auto held = ReserveT5(**task, version.task_id, nullptr);
     if (!held.ok()) return held.status();
     version.held = *std::move(held);
     version.task = *std::move(task);

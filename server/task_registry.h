@@ -112,8 +112,10 @@ class TaskRegistry {
       int64_t now, const Entry& previous, const std::function<absl::Status(absl::Status)>& fail);
 
   // Counts what a prepared T5 task keeps between queries against the memory tier's budget;
-  // RESOURCE_EXHAUSTED, naming the bytes and the budget, when it cannot fit.
-  absl::StatusOr<MemoryReservation> ReserveT5(const T5Task& task, const std::string& task_id);
+  // RESOURCE_EXHAUSTED, naming the bytes and the budget (and, for a replace, what the `replaced`
+  // version still holds), when it cannot fit.
+  absl::StatusOr<MemoryReservation> ReserveT5(const T5Task& task, const std::string& task_id,
+                                              const TaskVersion* replaced);
 
   const LoadedModel& model_;
   ContextCache& cache_;

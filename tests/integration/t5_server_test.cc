@@ -125,8 +125,9 @@ double ReservedBytes(const ServerUnderTest& server) {
 
 // What a T5 task keeps between queries (its demonstrations' first-layer q|k|v: tokens x 3 x inner
 // f32 values) is counted against --memory_budget_bytes: the metric shows it, a task that does not
-// fit beside the others is RESOURCE_EXHAUSTED naming the flag, and deleting a task gives its bytes
-// back. After a restart a task's bytes are counted again once it is prepared (first query).
+// fit beside the others (or a replace that needs room for both versions) is RESOURCE_EXHAUSTED
+// naming the flag, and deleting a task gives its bytes back. After a restart a task's bytes are
+// counted again once it is prepared (first query).
 TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
   TempDir dir;
   const fs::path model = dir.path() / "t5";
@@ -184,6 +185,19 @@ TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
     EXPECT_NE(refused.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find("first-layer q|k|v"), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find("--memory_budget_bytes"), std::string::npos) << refused.err;
+    EXPECT_EQ(ReservedBytes(server), one_task);
+    // A replace holds both versions until the old one is gone: refused here, saying so, and the
+    // old version stays served.
+    std::ofstream(dir.path() / "other.tsv") << "text\tlabel\nfun movie\tpositive\nbad\tnegative\n"
+                                               "good\tpositive\ndull movie\tnegative\n";
+    CommandResult replace =
+        cli({"create", "a", "--file=" + (dir.path() / "other.tsv").string(),
+             "--template={text}:", "--labels=negative,positive", "--mode=saicl", "--replace"});
+    EXPECT_NE(replace.exit_status, 0);
+    EXPECT_NE(replace.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << replace.err;
+    EXPECT_NE(replace.err.find("delete the task first"), std::string::npos) << replace.err;
+    EXPECT_EQ(cli({"classify", "a", "--file=" + (dir.path() / "inputs.txt").string()}).exit_status,
+              0);
     EXPECT_EQ(ReservedBytes(server), one_task);
     CommandResult deleted = cli({"delete", "a"});
     ASSERT_EQ(deleted.exit_status, 0) << deleted.err;
