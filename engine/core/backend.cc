@@ -403,12 +403,12 @@ void CheckQueryAndState(Checker& c, Device device, const Tensor& q, const Attent
 // set or unset alike in every sequence of the call (`first`).
 void CheckAlibi(Checker& c, Device device, const Tensor& q, const AttentionSequence& seq,
                 const AttentionSequence& first, size_t s) {
-  const std::string what = absl::StrCat("sequence ", s, ": ");
+  auto what = [s] { return absl::StrCat("sequence ", s, ": "); };
   c.That((seq.alibi_slopes != nullptr) == (first.alibi_slopes != nullptr),
-         [&] { return what + "every sequence of a call uses ALiBi or none does"; });
+         [&] { return what() + "every sequence of a call uses ALiBi or none does"; });
   if (seq.alibi_slopes == nullptr || !c.status().ok()) return;
   c.That(seq.alibi_slopes->defined() && seq.positions != nullptr && seq.positions->defined(),
-         [&] { return what + "ALiBi needs slopes and key positions"; });
+         [&] { return what() + "ALiBi needs slopes and key positions"; });
   if (!c.status().ok()) return;
   const Tensor& slopes = *seq.alibi_slopes;
   const Tensor& positions = *seq.positions;
@@ -417,10 +417,10 @@ void CheckAlibi(Checker& c, Device device, const Tensor& q, const AttentionSeque
   c.Is(positions, DType::kI32, "positions").Rank(positions, 1, "positions");
   if (!c.status().ok()) return;
   c.That(slopes.dim(0) == q.dim(1), [&] {
-    return absl::StrCat(what, slopes.dim(0), " ALiBi slopes for ", q.dim(1), " heads");
+    return absl::StrCat(what(), slopes.dim(0), " ALiBi slopes for ", q.dim(1), " heads");
   });
   c.That(positions.dim(0) >= seq.kv_len, [&] {
-    return absl::StrCat(what, positions.dim(0), " key positions for ", seq.kv_len, " keys");
+    return absl::StrCat(what(), positions.dim(0), " key positions for ", seq.kv_len, " keys");
   });
 }
 
@@ -589,22 +589,22 @@ void Backend::AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequ
         CheckQueryAndState(c, device(), q, out);
         for (size_t s = 0; s < sequences.size() && c.status().ok(); ++s) {
           const BiasedAttentionSequence& seq = sequences[s];
-          const std::string what = absl::StrCat("sequence ", s);
+          auto what = [s] { return absl::StrCat("sequence ", s); };
           c.That(seq.q_begin >= 0 && seq.q_len >= 0 && seq.q_begin + seq.q_len <= q.dim(0), [&] {
-            return absl::StrCat(what, ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
+            return absl::StrCat(what(), ": rows [", seq.q_begin, ", ", seq.q_begin + seq.q_len,
                                 ") are outside q's ", q.dim(0), " rows");
           });
           c.That(seq.kv_len >= 0 && seq.kv_len <= std::numeric_limits<int32_t>::max(),
-                 [&] { return absl::StrCat(what, ": kv_len ", seq.kv_len, " is out of range"); });
+                 [&] { return absl::StrCat(what(), ": kv_len ", seq.kv_len, " is out of range"); });
           CheckKeys(c, device(), q, seq.k, seq.v, seq.kv_len, what);
           c.That(seq.bias == nullptr || seq.relative_bias == nullptr,
-                 [&] { return absl::StrCat(what, ": both bias and relative_bias are set"); });
+                 [&] { return absl::StrCat(what(), ": both bias and relative_bias are set"); });
           if (seq.bias != nullptr && c.status().ok()) {
             c.Defined(*seq.bias, "bias").On(*seq.bias, device(), "bias");
             c.Is(*seq.bias, DType::kF32, "bias").Rank(*seq.bias, 3, "bias");
             if (!c.status().ok()) break;
             c.That(seq.bias->shape() == std::vector<int64_t>{q.dim(1), seq.q_len, seq.kv_len}, [&] {
-              return absl::StrCat(what, ": bias ", Describe(*seq.bias), " must be [", q.dim(1),
+              return absl::StrCat(what(), ": bias ", Describe(*seq.bias), " must be [", q.dim(1),
                                   ", ", seq.q_len, ", ", seq.kv_len, "] (heads, q_len, kv_len)");
             });
           }
@@ -615,7 +615,7 @@ void Backend::AttendBiased(const Tensor& q, absl::Span<const BiasedAttentionSequ
             if (!c.status().ok()) break;
             const int64_t diagonals = std::max<int64_t>(0, seq.q_len + seq.kv_len - 1);
             c.That(rel.shape() == std::vector<int64_t>{q.dim(1), diagonals}, [&] {
-              return absl::StrCat(what, ": relative_bias ", Describe(rel), " must be [", q.dim(1),
+              return absl::StrCat(what(), ": relative_bias ", Describe(rel), " must be [", q.dim(1),
                                   ", ", diagonals, "] (heads, q_len + kv_len - 1)");
             });
           }
