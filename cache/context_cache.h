@@ -69,7 +69,7 @@ struct CacheStats {
   uint64_t memory_hits = 0;
   uint64_t memory_misses = 0;
   uint64_t memory_evictions = 0;
-  uint64_t memory_rejected = 0;  // contexts larger than what the memory tier could free
+  uint64_t memory_rejected = 0;  // contexts and reservations larger than what it could free
   uint64_t host_bytes = 0;
   uint64_t host_entries = 0;
   uint64_t host_budget_bytes = 0;
