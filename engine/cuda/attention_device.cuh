@@ -1,6 +1,6 @@
 // Device helpers shared by the attention kernels (attention_kernels.cu,
-// biased_attention_kernels.cu): element loads and stores of any ElemType through f32, the SFU exp2,
-// warp reductions, and the tile steps of the two f32-tile kernels (GenericKernel, BiasedKernel).
+// biased_attention_kernels.cu): element loads and stores of any ElemType through f32, warp
+// reductions, and the tile steps of the two f32-tile kernels (GenericKernel, BiasedKernel).
 // CUDA runtime headers only (no absl, gRPC or spdlog). Included by .cu files only.
 //
 // Logits inside the kernels are in log2 units (x = logit * log2(e), exp2 on the SFU); lse is
@@ -14,21 +14,23 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "engine/cuda/attention_kernels.h"  // ElemType
+#include "engine/cuda/attention_kernels.h"   // ElemType
+#include "engine/cuda/ptx_instructions.cuh"  // Exp2
 
 namespace manyshot::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
-
-// 2^x on the SFU; ex2.approx.ftz(-inf) = +0, which the online softmax relies on.
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
+// The outcome of a kernel launch: the error cudaLaunchKernel returned, else the one the launch
+// left behind. Either way the runtime's last error is taken, so a failed launch is reported once,
+// by its caller, and never again by the next launch's cudaGetLastError().
+inline cudaError_t LaunchResult(cudaError_t launched) {
+  const cudaError_t last = cudaGetLastError();
+  return launched != cudaSuccess ? launched : last;
 }
+
+__device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ float LoadAsFloat(const void* base, ElemType t, int64_t i) {
   switch (t) {

@@ -38,10 +38,12 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "engine/cuda/attention_device.cuh"
+#include "engine/cuda/ptx_instructions.cuh"
 
 namespace manyshot::cuda {
 namespace {
@@ -135,56 +137,6 @@ __device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
     memcpy(&u, &v, sizeof(u));
   }
   return u;
-}
-
-// c += a * b for one m16n8k16 tile (row.col, f32 accumulation).
-template <typename T>
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// volatile: the shared memory under the same address changes between pipeline stages, so two
-// loads from one address must never be merged or hoisted across a barrier.
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const uint16_t* smem) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const uint16_t* smem) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-// 16 bytes global -> shared, asynchronously; with valid = false the 16 bytes are zero-filled
-// (src-size 0: nothing is read), so keys past the range end hold zeros, never stale data or
-// NaNs that 0 * NaN would spread into the output.
-__device__ __forceinline__ void CpAsync16(uint16_t* smem, const uint16_t* gmem, bool valid) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // q row of compact row c (binary search for the last segment starting at or before c).
@@ -300,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
   constexpr bool kQRegs = kMi * D <= 128;  // Q fragments stay in registers when they fit
   static_assert(D % 16 == 0 && kBn % kBs == 0 && kBs % 16 == 0 && kStages >= 2, "tile shape");
 
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* smem = DynamicSmem();
   uint16_t* s_q = reinterpret_cast<uint16_t*>(smem);                       // [kBm][kLd]
   uint16_t* s_k = s_q + kBm * kLd;                                         // [kStages][kBn][kLd]
   uint16_t* s_v = s_k + kStages * kBn * kLd;                               // [kStages][kBn][kLd]
@@ -667,7 +619,7 @@ __global__ void __launch_bounds__(kGenThreads)
   const int dim = p.head_dim;
   const int dp = PaddedDim(dim);
   const int ldk = dp + 1;
-  extern __shared__ __align__(16) unsigned char gsmem[];
+  unsigned char* gsmem = DynamicSmem();
   float* s_q = reinterpret_cast<float*>(gsmem);  // [kGenBm][dp]
   float* s_k = s_q + kGenBm * dp;                // [kGenBn][dp + 1]
   float* s_v = s_k + kGenBn * ldk;               // [kGenBn][dp]
@@ -830,9 +782,10 @@ using KernelFn = void (*)(KernelParams);
 struct KernelChoice {
   KernelFn fn = nullptr;
   int threads = 0;
-  size_t smem = 0;
-  int bm = 0;  // M rows per block
-  int bn = 0;  // keys per tile (split chunks are multiples of it)
+  size_t smem = 0;      // dynamic shared memory of this launch
+  size_t max_smem = 0;  // the most any launch of fn needs (GenericKernel's grows with head_dim)
+  int bm = 0;           // M rows per block
+  int bn = 0;           // keys per tile (split chunks are multiples of it)
 };
 
 template <typename T, int D, int kWarps, int kMi, int kBn, int kStages, bool kOwn>
@@ -842,6 +795,7 @@ KernelChoice FlashChoice() {
   c.fn = FlashKernel<T, D, kWarps, kMi, kBn, kStages, kOwn>;
   c.threads = Shape::kThreads;
   c.smem = Shape::kSmem;
+  c.max_smem = Shape::kSmem;
   c.bm = Shape::kBm;
   c.bn = kBn;
   return c;
@@ -901,6 +855,7 @@ KernelChoice SelectKernel(ElemType kv_type, int head_dim, bool fast_ok, int64_t 
   }
   c.threads = kGenThreads;
   c.smem = GenericSmem(head_dim);
+  c.max_smem = GenericSmem(256);
   c.bm = kGenBm;
   c.bn = kGenBn;
   return c;
@@ -934,7 +889,9 @@ int ChooseSplits(int64_t blocks, int64_t resident, int64_t keys, int bn) {
   return best;
 }
 
-// Per (kernel, device): the dynamic shared-memory limit raised once and the occupancy queried
+// Per (kernel, device, shared memory): the kernel's dynamic shared-memory limit raised once, to
+// the most any of its launches needs (raised to this launch's size only, a later launch of the
+// same kernel at a larger head_dim would fail), and the occupancy at this launch's size queried
 // once (both cost host time worth avoiding on every call of a decoding step).
 struct Capacity {
   cudaError_t error = cudaSuccess;
@@ -943,23 +900,26 @@ struct Capacity {
 };
 
 Capacity KernelCapacity(const KernelChoice& k) {
+  using Key = std::tuple<const void*, int, size_t>;
   static std::mutex mu;
-  static std::map<std::pair<const void*, int>, Capacity>* cache =
-      new std::map<std::pair<const void*, int>, Capacity>();
+  static std::map<Key, Capacity>* cache = new std::map<Key, Capacity>();
   Capacity cap;
   int device = 0;
   cap.error = cudaGetDevice(&device);
   if (cap.error != cudaSuccess) return cap;
-  const std::pair<const void*, int> key(reinterpret_cast<const void*>(k.fn), device);
+  const Key key(reinterpret_cast<const void*>(k.fn), device, k.smem);
   {
     std::lock_guard<std::mutex> lock(mu);
     const auto it = cache->find(key);
     if (it != cache->end()) return it->second;
   }
-  if (k.smem > 48 * 1024) {
+  if (k.max_smem > 48 * 1024) {
     cap.error = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(k.smem));
-    if (cap.error != cudaSuccess) return cap;  // not cached: reported on every call
+                                     static_cast<int>(k.max_smem));
+    if (cap.error != cudaSuccess) {
+      (void)cudaGetLastError();  // returned here; not left for the next launch to report
+      return cap;                // not cached: reported on every call
+    }
   }
   int sms = 0, per_sm = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
@@ -1044,8 +1004,9 @@ cudaError_t LaunchFinalize(const AttnParams& p, const RowMap& rows, const float*
   fp.rows = rows;
   const int64_t blocks = total * p.heads;  // one per (row, head)
   if (blocks > INT32_MAX || splits > kMaxSplits) return cudaErrorInvalidValue;
-  FinalizeKernel<<<static_cast<unsigned>(blocks), kFinThreads, 0, stream>>>(fp);
-  return cudaGetLastError();
+  void* args[] = {&fp};
+  return LaunchResult(cudaLaunchKernel(FinalizeKernel, dim3(static_cast<unsigned>(blocks)),
+                                       dim3(kFinThreads), args, 0, stream));
 }
 
 // Runs the chosen kernel over kp's problems (kp.num_problems, tile_start filled for k.bm),
@@ -1075,14 +1036,14 @@ cudaError_t RunAttention(const AttnParams& p, KernelParams& kp, const KernelChoi
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.kv_heads),
                   static_cast<unsigned>(splits));
   void* args[] = {&kp};
-  cudaError_t err = cudaLaunchKernel(reinterpret_cast<const void*>(k.fn), grid, dim3(k.threads),
-                                     args, k.smem, stream);
-  if (err == cudaSuccess) err = cudaGetLastError();
+  cudaError_t err =
+      LaunchResult(cudaLaunchKernel(k.fn, grid, dim3(k.threads), args, k.smem, stream));
   if (err == cudaSuccess && splits > 1) {
     err = LaunchFinalize(p, rows, kp.part_o, kp.part_lse, splits, /*merge=*/true, stream);
   }
   if (scratch != nullptr) {
     const cudaError_t free_err = cudaFreeAsync(scratch, stream);
+    if (free_err != cudaSuccess) (void)cudaGetLastError();  // reported here, once
     if (err == cudaSuccess) err = free_err;
   }
   return err;

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
   const int dim = p.head_dim;
   const int dp = PaddedDim(dim);
   const int ldk = dp + 1;
-  extern __shared__ __align__(16) unsigned char bsmem[];
+  unsigned char* bsmem = DynamicSmem();
   float* s_q = reinterpret_cast<float*>(bsmem);  // [kBm][dp]
   float* s_k = s_q + kBm * dp;                   // [kBn][dp + 1]
   float* s_v = s_k + kBn * ldk;                  // [kBn][dp]
@@ -213,7 +213,11 @@ cudaError_t EnsureSmem(KernelFn fn, size_t smem) {
   // The largest request (head_dim 256) once, so a smaller one never needs raising again.
   err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(BiasedSmem(256)));
-  if (err == cudaSuccess) raised->insert(key);
+  if (err == cudaSuccess) {
+    raised->insert(key);
+  } else {
+    (void)cudaGetLastError();  // returned here; not left for the next launch to report
+  }
   return err;
 }
 
@@ -282,10 +286,7 @@ cudaError_t LaunchBiasedAttention(const BiasedAttnParams& p, cudaStream_t stream
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.kv_heads));
   void* args[] = {kp.get()};
-  err =
-      cudaLaunchKernel(reinterpret_cast<const void*>(fn), grid, dim3(kThreads), args, smem, stream);
-  if (err == cudaSuccess) err = cudaGetLastError();
-  return err;
+  return LaunchResult(cudaLaunchKernel(fn, grid, dim3(kThreads), args, smem, stream));
 }
 
 }  // namespace manyshot::cuda

@@ -1,0 +1,188 @@
+// Stand-in for the CUDA runtime header in the SIMT emulation build (tests/simt/simt.h): the
+// qualifiers, built-ins, math functions and the part of the runtime API that the kernels of
+// engine/cuda use, implemented on the emulator. Found before the toolkit's headers, which the
+// emulation build never sees.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "tests/simt/simt.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __grid_constant__
+#define __align__(n) alignas(n)
+// Static shared arrays: one object for all threads (blocks run one at a time).
+#define __shared__ static
+
+// ---- device built-ins ----
+
+inline void __syncthreads() { simt::SyncThreads(); }
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask != 0xffffffffu) simt::Fail("__syncwarp with a partial mask is not emulated");
+  simt::WarpCollective("__syncwarp", nullptr, [](void* const*, int) {});
+}
+
+// __shfl_xor_sync of a 4-byte value: lane l gets the value of lane l ^ lane_mask.
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
+  static_assert(sizeof(T) == 4 && std::is_trivially_copyable_v<T>, "4-byte values only");
+  struct Lane {
+    uint32_t in, out;
+    int lane_mask;
+  } lane{0, 0, lane_mask};
+  std::memcpy(&lane.in, &value, 4);
+  if (mask != 0xffffffffu) simt::Fail("__shfl_xor_sync with a partial mask is not emulated");
+  ++simt::Count().shuffles;
+  simt::WarpCollective("__shfl_xor_sync", &lane, [](void* const* d, int lanes) {
+    for (int l = 0; l < lanes; ++l) {
+      auto* me = static_cast<Lane*>(d[l]);
+      const int src = l ^ me->lane_mask;
+      me->out = src < lanes ? static_cast<Lane*>(d[src])->in : me->in;
+    }
+  });
+  T out;
+  std::memcpy(&out, &lane.out, 4);
+  return out;
+}
+
+inline float __int_as_float(int x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+inline int __float_as_int(float f) {
+  int x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+
+// CUDA's overloaded min / max of the device math library.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+
+// ---- runtime API ----
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+};
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+
+namespace simt {
+
+// The runtime's last error (cudaGetLastError returns and clears it) and the text of the last
+// failed launch.
+cudaError_t& LastError();
+std::string& LastLaunchError();
+cudaError_t Record(cudaError_t err);
+
+// Dynamic shared memory a kernel may use (cudaFuncSetAttribute), by kernel address.
+size_t MaxDynamicSmem(const void* fn);
+cudaError_t SetMaxDynamicSmem(const void* fn, int bytes);
+
+// Where the blocks of cudaMallocAsync are: each starts as 0xff bytes.
+void* DeviceAlloc(size_t bytes);
+void DeviceFree(void* p);
+
+template <typename... A, size_t... I>
+std::tuple<std::decay_t<A>...> ArgsTuple(void** args, std::index_sequence<I...>) {
+  return std::tuple<std::decay_t<A>...>(*static_cast<std::decay_t<A>*>(args[I])...);
+}
+
+}  // namespace simt
+
+inline cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /*device*/) {
+  if (attr != cudaDevAttrMultiProcessorCount) return simt::Record(cudaErrorInvalidValue);
+  *value = simt::Props().sms;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t err = simt::LastError();
+  simt::LastError() = cudaSuccess;
+  return err;
+}
+
+inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream*/) {
+  *p = simt::DeviceAlloc(bytes);
+  return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
+}
+
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t /*stream*/) {
+  simt::DeviceFree(p);
+  return cudaSuccess;
+}
+
+template <typename... A>
+cudaError_t cudaFuncSetAttribute(void (*fn)(A...), cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    return simt::Record(cudaErrorInvalidValue);
+  }
+  return simt::SetMaxDynamicSmem(reinterpret_cast<const void*>(fn), value);
+}
+
+template <typename... A>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, void (*)(A...),
+                                                          int /*threads*/, size_t /*smem*/) {
+  *blocks = simt::Props().blocks_per_sm;
+  return cudaSuccess;
+}
+
+// Runs the kernel on the emulator, synchronously (stream order is program order here).
+template <typename... A>
+cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** args, size_t smem,
+                             cudaStream_t /*stream*/) {
+  constexpr size_t param_bytes = (size_t{0} + ... + sizeof(std::decay_t<A>));
+  if (param_bytes > simt::Props().max_param_bytes) {
+    simt::LastLaunchError() = "kernel parameters of " + std::to_string(param_bytes) + " bytes";
+    return simt::Record(cudaErrorInvalidValue);
+  }
+  if (smem > simt::MaxDynamicSmem(reinterpret_cast<const void*>(fn))) {
+    simt::LastLaunchError() =
+        std::to_string(smem) + " bytes of dynamic shared memory over the " +
+        std::to_string(simt::MaxDynamicSmem(reinterpret_cast<const void*>(fn))) +
+        " the kernel may use";
+    return simt::Record(cudaErrorInvalidValue);
+  }
+  auto params = simt::ArgsTuple<A...>(args, std::index_sequence_for<A...>{});
+  const std::string error = simt::Launch(grid, block, smem, [&] { std::apply(fn, params); });
+  if (!error.empty()) {
+    simt::LastLaunchError() = error;
+    return simt::Record(cudaErrorLaunchFailure);
+  }
+  return cudaSuccess;
+}
