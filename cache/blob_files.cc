@@ -346,7 +346,7 @@ absl::Status BlobFiles::ReadPayload(const BlobHeader& header, EncodedContext& ct
     if (assembler.consumed() != header.total_bytes) {
       return absl::DataLossError(absl::StrCat("KV blob ", header.key, " payload is short"));
     }
-    return absl::OkStatus();
+    return assembler.Finish();  // the pinned buffers are freed with the assembler
   }
   HostSegments dst;
   dst.storage = header.shape.dtype;

@@ -62,6 +62,16 @@ PayloadAssembler::PayloadAssembler(EncodedContext* target, DType storage_dtype, 
       backend_(backend),
       stage_through_pinned_(stage_through_pinned) {}
 
+PayloadAssembler::~PayloadAssembler() {
+  if (in_flight_[0] || in_flight_[1]) (void)backend_.Synchronize();
+}
+
+absl::Status PayloadAssembler::Finish() {
+  if (!in_flight_[0] && !in_flight_[1]) return absl::OkStatus();
+  in_flight_[0] = in_flight_[1] = false;
+  return backend_.Synchronize();
+}
+
 absl::Status PayloadAssembler::StagePinned(const char* src, const Tensor& dst) {
   const size_t elem = DTypeSize(dst.dtype());
   for (int64_t e = 0; e < dst.numel(); e += kPinnedElements) {

@@ -24,13 +24,22 @@ absl::Status ForEachPayloadChunk(const EncodedContext& ctx, Backend& backend, si
 // and `stage_through_pinned` is set (the default for a GPU backend), bytes go through two
 // page-locked host buffers in turn: each piece is copied into one while the device is still
 // reading the other by DMA (asynchronously, on the calling thread's stream), so reading RocksDB and
-// the transfer to the GPU overlap. The caller synchronizes the backend after the last Feed.
+// the transfer to the GPU overlap. Finish() after the last Feed waits for the copies still in
+// flight; the pinned buffers are never freed before they have landed (the destructor waits too).
 class PayloadAssembler {
  public:
   PayloadAssembler(EncodedContext* target, DType storage_dtype, Backend& backend);
   PayloadAssembler(EncodedContext* target, DType storage_dtype, Backend& backend,
                    bool stage_through_pinned);
+  PayloadAssembler(const PayloadAssembler&) = delete;
+  PayloadAssembler& operator=(const PayloadAssembler&) = delete;
+  // Waits for the asynchronous copies out of the pinned buffers (ignoring the status, which an
+  // error path has already replaced with its own) unless Finish() did.
+  ~PayloadAssembler();
   absl::Status Feed(std::string_view bytes);
+  // Waits for every copy issued so far (the backend's Synchronize: an asynchronous copy that
+  // failed is reported here). The target is complete once this returns OK after the last Feed.
+  absl::Status Finish();
   // Storage-dtype bytes consumed so far.
   size_t consumed() const { return consumed_; }
 

@@ -67,6 +67,10 @@ std::atomic<uint64_t> next_context_id{1};
 
 absl::Status CudaError(absl::string_view op, cudaError_t error) {
   (void)cudaGetLastError();  // clear it (a sticky error stays in the context regardless)
+  if (error == cudaErrorMemoryAllocation) {  // routine on a GPU: the caller may free and retry
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cuda ", op, ": out of memory (", cudaGetErrorString(error), ")"));
+  }
   return absl::InternalError(absl::StrCat("cuda ", op, ": ", cudaGetErrorString(error)));
 }
 
@@ -704,8 +708,9 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
   MANYSHOT_CUDA_STATE(state);
 
   if (context != nullptr && context->len == 0) {
-    // No context keys: every row of every sequence saw nothing (o = 0, lse = -inf).
-    const size_t o_row = out.o.RowBytes();
+    // No context keys: every row of every sequence saw nothing (o = 0, lse = -inf). (The row size
+    // from the shape, not RowBytes(): q and o may have no rows at all.)
+    const size_t o_row = static_cast<size_t>(heads * head_dim) * DTypeSize(out.o.dtype());
     for (const AttentionSequence& seq : sequences) {
       if (seq.q_len == 0) continue;
       absl::Status s =

@@ -321,6 +321,25 @@ TEST_P(BackendParityTest, AttendContextEveryContextDtypeBatchOneAndBatched) {
   }
 }
 
+// An empty context gives o = 0 and lse = -inf to every row, and a call with no rows at all (a
+// batch whose queries are all empty) is a valid no-op, on every backend.
+TEST_P(BackendParityTest, AttendContextWithNoKeysOrNoRows) {
+  const int64_t heads = 4, kv_heads = 2, D = 64;
+  auto [kb, vb, kc, vc] = RandomContextKv(dt(), 0, kv_heads, D, 1.0f);
+  for (int64_t tokens : {int64_t{0}, int64_t{3}}) {
+    std::vector<AttentionSequence> seqs;
+    if (tokens > 0) seqs.push_back(AttentionSequence{0, tokens, nullptr, nullptr, tokens});
+    const Tensor q = Upload(b(), Values(tokens * heads * D), dt(), {tokens, heads, D});
+    AttentionState out{Poisoned(b(), dt(), {tokens, heads, D}),
+                       Poisoned(b(), DType::kF32, {tokens, heads})};
+    b().AttendContext(q, seqs, AttentionContext{&kb, &vb, 0, 0.0f}, 0.125f, out);
+    const absl::Status s = b().Synchronize();
+    ASSERT_TRUE(s.ok()) << tokens << " rows: " << s;
+    for (float x : Download(b(), out.o)) EXPECT_EQ(x, 0.0f);
+    for (float x : Download(b(), out.lse)) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
+  }
+}
+
 TEST_P(BackendParityTest, MergeStatesAndTheComposedAttention) {
   const int64_t T = 21, heads = 4, D = 64;
   const auto oa = Values(T * heads * D), ob = Values(T * heads * D);
