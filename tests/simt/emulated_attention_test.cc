@@ -80,9 +80,12 @@ void Reference(const Buffer& q, int64_t q_off, const Buffer& k, const Buffer& v,
   lse = mx + std::log(sum);
 }
 
-void RunCase(const Case& c, simt::Order order) {
-  SCOPED_TRACE(c.name + (order == simt::Order::kForward ? " (forward)" : " (reverse)"));
+void RunCase(const Case& c, simt::Order order,
+             simt::CopyTiming timing = simt::CopyTiming::kAtWait) {
+  SCOPED_TRACE(c.name + (order == simt::Order::kForward ? " (forward" : " (reverse") +
+               (timing == simt::CopyTiming::kAtWait ? ", copies at wait)" : ", copies at issue)"));
   simt::SetOrder(order);
+  simt::SetCopyTiming(timing);
   simt::Props().sms = c.sms;
   std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>()(c.name)));
   const int dim = c.head_dim, group = c.heads / c.kv_heads;
@@ -192,9 +195,13 @@ class EmulatedAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EmulatedAttentionTest, MatchesTheDoublePrecisionReference) {
   const simt::Counters before = simt::Count();
-  RunCase(GetParam(), simt::Order::kForward);
-  RunCase(GetParam(), simt::Order::kReverse);
+  for (simt::Order order : {simt::Order::kForward, simt::Order::kReverse}) {
+    for (simt::CopyTiming timing : {simt::CopyTiming::kAtWait, simt::CopyTiming::kAtIssue}) {
+      RunCase(GetParam(), order, timing);
+    }
+  }
   simt::SetOrder(simt::Order::kForward);
+  simt::SetCopyTiming(simt::CopyTiming::kAtWait);
   simt::Props().sms = 132;
   // A 16-bit case on the fast path really ran on (emulated) tensor cores.
   const Case& c = GetParam();

@@ -60,6 +60,7 @@ struct Run {
 
 Run* g_run = nullptr;
 Order g_order = Order::kForward;
+CopyTiming g_copy_timing = CopyTiming::kAtWait;
 std::mutex g_launch_mu;  // one launch at a time: the built-ins are process globals
 
 void PerformCopies(std::vector<PendingCopy>& copies) {
@@ -236,6 +237,8 @@ Counters& Count() {
 
 void SetOrder(Order order) { g_order = order; }
 
+void SetCopyTiming(CopyTiming timing) { g_copy_timing = timing; }
+
 std::string Launch(dim3 grid, dim3 block, size_t dynamic_smem,
                    const std::function<void()>& thread_body) {
   std::lock_guard<std::mutex> lock(g_launch_mu);
@@ -316,7 +319,12 @@ bool InDynamicSmem(const void* p, size_t bytes) {
 
 void CpAsync(void* dst, const void* src, size_t bytes, size_t src_bytes) {
   ++Count().cp_async;
-  g_run->current->open_group.push_back(PendingCopy{dst, src, bytes, src_bytes});
+  std::vector<PendingCopy> copy{PendingCopy{dst, src, bytes, src_bytes}};
+  if (g_copy_timing == CopyTiming::kAtIssue) {
+    PerformCopies(copy);
+  } else {
+    g_run->current->open_group.push_back(copy.front());
+  }
 }
 
 void CpAsyncCommit() {

@@ -10,13 +10,13 @@
 // a block share one address space and blocks run one at a time.
 //
 // What this finds without a GPU: wrong fragment layouts and index arithmetic, missing or misplaced
-// barriers and cp.async waits (copies land only when the issuing thread waits for them, and
-// threads run in a chosen order: tests run both), reads of shared memory nobody wrote (the
-// dynamic shared memory of every block starts as 0xff bytes, a NaN in f32, f16 and bf16),
-// collectives some lanes of a warp never reach, __syncthreads() after some threads returned,
-// misaligned ldmatrix / cp.async addresses, launches over the device's limits. What it cannot
-// find: anything about timing, the real memory model, occupancy or speed, and the host code that
-// talks to the real CUDA runtime.
+// barriers and cp.async waits (copies land as late or as early as the ISA allows, and threads
+// run in a chosen order: tests run the combinations), accesses past the end of device memory, reads
+// of shared memory nobody wrote (the dynamic shared memory of every block starts as 0xff bytes, a
+// NaN in f32, f16 and bf16), collectives some lanes of a warp never reach, __syncthreads() after
+// some threads returned, misaligned ldmatrix / cp.async addresses, launches over the device's
+// limits. What it cannot find: anything about timing, the real memory model, occupancy or speed,
+// and the host code that talks to the real CUDA runtime.
 #pragma once
 
 #include <cstddef>
@@ -63,6 +63,19 @@ DeviceProps& Props();
 // The order in which each pass of the scheduler runs the threads that can run.
 enum class Order { kForward, kReverse };
 void SetOrder(Order order);
+
+// When a cp.async copy lands: as late as the ISA allows (when its thread waits for its group or
+// returns), which exposes reads that do not wait; or at once, which exposes a refill of a buffer
+// other threads may still be reading (a missing barrier before the copy is issued).
+enum class CopyTiming { kAtWait, kAtIssue };
+void SetCopyTiming(CopyTiming timing);
+
+// Device memory (cudaMallocAsync, and the tests' buffers): `bytes` rounded up to 16 end exactly
+// at an inaccessible page, so a kernel that reads or writes past the end of an allocation
+// crashes the test instead of reading a neighbour; the bytes start as 0xff (a NaN in f32, f16
+// and bf16, so what a kernel never wrote is recognisable).
+void* DeviceAlloc(size_t bytes);
+void DeviceFree(void* p);
 
 // Runs thread_body once for every thread of every block (blocks in x, y, z order). Returns ""
 // or what went wrong (the first problem; the launch stops at a block that cannot go on).

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -130,6 +131,54 @@ TEST(SimtTest, CpAsyncLandsAtTheWaitThatCoversItsGroup) {
   EXPECT_EQ(before[1], 0xffff);
   EXPECT_EQ(after[1], 9);
   EXPECT_EQ(zero_filled[0], 1);
+}
+
+// A buffer refilled by cp.async while another warp may still read it (no barrier between the
+// last read and the refill): the copy landing at once, in the order that runs the refilling
+// warp first, shows the reader the new data.
+TEST(SimtTest, CopiesLandingAtIssueExposeARefillWithoutABarrier) {
+  alignas(16) static uint16_t fresh[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+  int stale_reads = 0, fresh_reads = 0;
+  for (simt::CopyTiming timing : {simt::CopyTiming::kAtWait, simt::CopyTiming::kAtIssue}) {
+    simt::SetCopyTiming(timing);
+    simt::SetOrder(simt::Order::kForward);
+    const std::string err = simt::Launch(dim3(1), dim3(64), 16, [&] {
+      auto* s = reinterpret_cast<uint16_t*>(simt::DynamicSmem());
+      if (threadIdx.x == 0) {
+        for (int i = 0; i < 8; ++i) s[i] = 1;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {  // refill: missing a barrier after warp 1's read below
+        manyshot::cuda::CpAsync16(s, fresh, true);
+        manyshot::cuda::CpAsyncCommit();
+      }
+      if (threadIdx.x == 32) (s[0] == 1 ? stale_reads : fresh_reads) += 1;
+      __syncthreads();
+      if (threadIdx.x == 0) manyshot::cuda::CpAsyncWait<0>();
+    });
+    EXPECT_EQ(err, "");
+  }
+  simt::SetCopyTiming(simt::CopyTiming::kAtWait);
+  EXPECT_EQ(stale_reads, 1);  // copies at wait: warp 0 waits only after warp 1 read it
+  EXPECT_EQ(fresh_reads, 1);  // copies at issue: the race shows
+}
+
+TEST(SimtDeathTest, AnAccessPastADeviceAllocationCrashes) {
+  auto* p = static_cast<float*>(simt::DeviceAlloc(40 * sizeof(float)));
+  EXPECT_TRUE(std::isnan(p[39]));  // the last element: poison, readable
+  EXPECT_DEATH(
+      {
+        volatile float x = p[40 + 4 * 1024];
+        (void)x;
+      },
+      "");
+  EXPECT_DEATH(
+      {
+        volatile float x = p[44];
+        (void)x;
+      },
+      "");  // past the 16-byte rounding
+  simt::DeviceFree(p);
 }
 
 // The canonical use of ldmatrix + mma.sync (A row-major 16 x 16 by ldmatrix.x4 with lane l

@@ -109,10 +109,6 @@ cudaError_t Record(cudaError_t err);
 size_t MaxDynamicSmem(const void* fn);
 cudaError_t SetMaxDynamicSmem(const void* fn, int bytes);
 
-// Where the blocks of cudaMallocAsync are: each starts as 0xff bytes.
-void* DeviceAlloc(size_t bytes);
-void DeviceFree(void* p);
-
 template <typename... A, size_t... I>
 std::tuple<std::decay_t<A>...> ArgsTuple(void** args, std::index_sequence<I...>) {
   return std::tuple<std::decay_t<A>...>(*static_cast<std::decay_t<A>*>(args[I])...);
