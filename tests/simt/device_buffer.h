@@ -1,12 +1,16 @@
-// Test helpers for kernels on the SIMT emulator (simt.h): device buffers of any ElemType and
-// the tolerances of the backend parity suite.
+// Test helpers for kernels on the SIMT emulator (simt.h): device buffers of any ElemType, the
+// tolerances of the backend parity suite, and the comparison of attention outputs.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 #include "cuda_runtime.h"
 #include "engine/core/dtype.h"
@@ -99,5 +103,38 @@ inline double OTolerance(ElemType t) {
 inline double LseTolerance(ElemType t) {
   return t == ElemType::kBF16 ? 5e-2 : t == ElemType::kF16 ? 1e-2 : 1e-4;
 }
+
+// The worst errors of an attention output (o, lse) against a double-precision reference.
+struct AttentionErrors {
+  double o = 0.0;
+  double lse = 0.0;
+
+  // Row `off` (q row * heads + head) of o [..., dim] and of lse against ref and ref_lse (-inf for
+  // a row that saw no key: then lse must be -inf too). Fails on a non-finite output.
+  ::testing::AssertionResult Add(const Buffer& o_buf, const Buffer& lse_buf, int64_t off, int dim,
+                                 const std::vector<double>& ref, double ref_lse) {
+    for (int d = 0; d < dim; ++d) {
+      const double got = o_buf.Get(off * dim + d);
+      if (!std::isfinite(got)) return ::testing::AssertionFailure() << "o dim " << d << " " << got;
+      o = std::max(o, std::abs(got - ref[d]));
+    }
+    const double got_lse = lse_buf.Get(off);
+    if (std::isinf(ref_lse)) {
+      if (!std::isinf(got_lse) || got_lse > 0) {
+        return ::testing::AssertionFailure() << "lse " << got_lse << " for a row with no key";
+      }
+    } else if (!std::isfinite(got_lse)) {
+      return ::testing::AssertionFailure() << "lse " << got_lse;
+    } else {
+      lse = std::max(lse, std::abs(got_lse - ref_lse));
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  void ExpectWithin(ElemType kv_type) const {
+    EXPECT_LE(o, OTolerance(kv_type));
+    EXPECT_LE(lse, LseTolerance(kv_type));
+  }
+};
 
 }  // namespace simt

@@ -144,7 +144,7 @@ void RunCase(const Case& c, simt::Order order,
               : manyshot::cuda::LaunchAttendOwn(p, nullptr);
   ASSERT_EQ(err, cudaSuccess) << simt::LastLaunchError();
 
-  double worst_o = 0.0, worst_lse = 0.0;
+  simt::AttentionErrors errors;
   std::vector<double> ref;
   row = 1;
   for (size_t i = 0; i < c.seqs.size(); ++i) {
@@ -163,23 +163,11 @@ void RunCase(const Case& c, simt::Order order,
                     std::min(own + 1, s.kv_len), p.scale, s.weighted_from, s.own_log_weight, ref,
                     ref_lse);
         }
-        for (int d = 0; d < dim; ++d) {
-          const double got = o.Get(off * dim + d);
-          ASSERT_TRUE(std::isfinite(got)) << "row " << row << " head " << h << " dim " << d;
-          worst_o = std::max(worst_o, std::abs(got - ref[d]));
-        }
-        const double got_lse = lse.Get(off);
-        if (std::isinf(ref_lse)) {
-          ASSERT_TRUE(std::isinf(got_lse) && got_lse < 0) << "row " << row << " lse " << got_lse;
-        } else {
-          ASSERT_TRUE(std::isfinite(got_lse)) << "row " << row << " head " << h;
-          worst_lse = std::max(worst_lse, std::abs(got_lse - ref_lse));
-        }
+        ASSERT_TRUE(errors.Add(o, lse, off, dim, ref, ref_lse)) << "row " << row << " head " << h;
       }
     }
   }
-  EXPECT_LE(worst_o, simt::OTolerance(c.kv_type));
-  EXPECT_LE(worst_lse, simt::LseTolerance(c.kv_type));
+  errors.ExpectWithin(c.kv_type);
   for (int untouched_row : {0, tokens - 1}) {
     for (int64_t i = 0; i < int64_t{c.heads} * dim; ++i) {
       ASSERT_TRUE(o.Untouched(int64_t{untouched_row} * c.heads * dim + i))

@@ -181,6 +181,16 @@ TEST(SimtDeathTest, AnAccessPastADeviceAllocationCrashes) {
   simt::DeviceFree(p);
 }
 
+// Lane `lane`'s accumulators of output columns 0..7 (c0) and 8..15 (c1) into out, at the
+// positions the ISA gives the C/D fragment: rows lane / 4 and + 8, columns 2 (lane % 4) and + 1.
+void StoreAccumulators(int lane, const float (&c0)[4], const float (&c1)[4], float (&out)[16][16]) {
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    out[g + (i >= 2 ? 8 : 0)][t * 2 + (i & 1)] = c0[i];
+    out[g + (i >= 2 ? 8 : 0)][8 + t * 2 + (i & 1)] = c1[i];
+  }
+}
+
 // The canonical use of ldmatrix + mma.sync (A row-major 16 x 16 by ldmatrix.x4 with lane l
 // addressing row l % 16, column 8 (l / 16); B from a [n][k] tile by ldmatrix.x4 with lane l
 // addressing n row (l / 16) * 8 + l % 8, k column 8 ((l / 8) % 2), as the attention kernels do)
@@ -217,11 +227,7 @@ void CheckMmaProduct() {
     float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
     manyshot::cuda::Mma<T>(c0, af, bf[0], bf[1]);  // output columns 0..7
     manyshot::cuda::Mma<T>(c1, af, bf[2], bf[3]);  // 8..15
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      got[g + (i >= 2 ? 8 : 0)][t * 2 + (i & 1)] = c0[i];
-      got[g + (i >= 2 ? 8 : 0)][8 + t * 2 + (i & 1)] = c1[i];
-    }
+    StoreAccumulators(lane, c0, c1, got);
   });
   ASSERT_EQ(err, "");
   for (int m = 0; m < 16; ++m) {
@@ -261,11 +267,7 @@ TEST(SimtTest, LdMatrixTransposedLoadsTheBOperandOfARowMajorTile) {
     float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
     manyshot::cuda::Mma<__nv_bfloat16>(c0, af, bf[0], bf[1]);
     manyshot::cuda::Mma<__nv_bfloat16>(c1, af, bf[2], bf[3]);
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      got[g + (i >= 2 ? 8 : 0)][t * 2 + (i & 1)] = c0[i];
-      got[g + (i >= 2 ? 8 : 0)][8 + t * 2 + (i & 1)] = c1[i];
-    }
+    StoreAccumulators(lane, c0, c1, got);
   });
   ASSERT_EQ(err, "");
   for (int m = 0; m < 16; ++m) {
