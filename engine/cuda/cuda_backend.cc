@@ -145,8 +145,10 @@ absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Create(cublasLtHandle_t hand
   // The bias epilogue adds the bias in f32 before the output is rounded (one rounding, as against
   // two for a separate pass into a 16-bit output). Its bias vector has the output's dtype, so it
   // is used only when the bias has that dtype; for f32 output from 16-bit inputs a separate f32
-  // pass rounds only once anyway.
-  if (key.bias && key.in_type == key.out_type) {
+  // pass rounds only once anyway. The heuristic takes no alignment preference for the bias, and
+  // the epilogue's kernels read it in vectors (others saw misaligned-address faults below 16
+  // bytes), so a bias that is not 16-byte aligned (a view into a larger tensor) is added apart.
+  if (key.bias && key.in_type == key.out_type && key.align_bias >= 16) {
     bool no_algorithm = false;
     absl::StatusOr<std::unique_ptr<GemmPlan>> plan =
         Build(handle, key, bias, /*bias_epilogue=*/true, &no_algorithm);
