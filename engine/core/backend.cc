@@ -3,6 +3,7 @@
 #include "engine/core/backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <type_traits>
 
@@ -116,19 +117,30 @@ void Backend::Dispatch(const char* op, Check&& check, Impl&& impl) {
   if (!status.ok()) RecordError(std::move(status));
 }
 
+namespace {
+
+// The calling thread's key in Backend::errors_: unique for the life of the process.
+uint64_t ThreadToken() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1, std::memory_order_relaxed);
+  return token;
+}
+
+}  // namespace
+
 bool Backend::HasError() const {
   std::lock_guard<std::mutex> lock(errors_mutex_);
-  return errors_.count(std::this_thread::get_id()) != 0;
+  return errors_.count(ThreadToken()) != 0;
 }
 
 void Backend::RecordError(absl::Status status) {
   std::lock_guard<std::mutex> lock(errors_mutex_);
-  errors_.emplace(std::this_thread::get_id(), std::move(status));  // keeps the first
+  errors_.emplace(ThreadToken(), std::move(status));  // keeps the first
 }
 
 absl::Status Backend::TakeError() {
   std::lock_guard<std::mutex> lock(errors_mutex_);
-  auto it = errors_.find(std::this_thread::get_id());
+  auto it = errors_.find(ThreadToken());
   if (it == errors_.end()) return absl::OkStatus();
   absl::Status status = std::move(it->second);
   errors_.erase(it);

@@ -29,7 +29,6 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -246,7 +245,11 @@ class Backend {
   absl::Status TakeError();
 
   mutable std::mutex errors_mutex_;
-  std::unordered_map<std::thread::id, absl::Status> errors_;  // first error per host thread
+  // The first error per host thread, by a number no other thread of the process ever gets
+  // (std::thread::id values are reused after a thread ends, and an error a thread left untaken
+  // must not fail a later thread). An entry stays until its thread synchronizes: one status per
+  // thread that ended with an error nobody took.
+  std::unordered_map<uint64_t, absl::Status> errors_;
 };
 
 }  // namespace manyshot

@@ -111,6 +111,27 @@ TEST(BackendSeamTest, ErrorsBelongToTheThreadThatMadeThem) {
   EXPECT_EQ(backend.Synchronize().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A thread that ends with an error nobody took must not hand it to a later thread (the C library
+// reuses thread ids: a job thread that failed half-way would fail the next job that got its id).
+TEST(BackendSeamTest, AnErrorLeftByAThreadThatEndedIsNotInherited) {
+  CpuBackend backend(1);
+  std::mt19937 rng(5);
+  Tensor a = Upload(backend, RandomValues(rng, 8), DType::kF32, {8});
+  Tensor b = Upload(backend, RandomValues(rng, 9), DType::kF32, {9});
+  for (int i = 0; i < 8; ++i) {
+    std::thread failing([&] { backend.Add(a, b); });  // ends without Synchronize()
+    failing.join();
+    absl::Status next;
+    std::thread fresh([&] {
+      Tensor c = *backend.Allocate(DType::kF32, {8});
+      backend.Copy(a, c);
+      next = backend.Synchronize();
+    });
+    fresh.join();
+    EXPECT_TRUE(next.ok()) << "round " << i << ": " << next;
+  }
+}
+
 TEST(BackendSeamTest, AllocationFailureIsAStatus) {
   CpuBackend backend(1);
   auto huge = backend.Allocate(DType::kF32, {int64_t{1} << 50});  // 4 PiB
