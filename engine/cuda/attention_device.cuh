@@ -15,20 +15,13 @@
 #include <type_traits>
 
 #include "engine/cuda/attention_kernels.h"   // ElemType
+#include "engine/cuda/launch.cuh"            // LaunchResult
 #include "engine/cuda/ptx_instructions.cuh"  // Exp2
 
 namespace manyshot::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-// The outcome of a kernel launch: the error cudaLaunchKernel returned, else the one the launch
-// left behind. Either way the runtime's last error is taken, so a failed launch is reported once,
-// by its caller, and never again by the next launch's cudaGetLastError().
-inline cudaError_t LaunchResult(cudaError_t launched) {
-  const cudaError_t last = cudaGetLastError();
-  return launched != cudaSuccess ? launched : last;
-}
 
 __device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
 

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "engine/cuda/launch.cuh"
+
 namespace manyshot::cuda {
 namespace {
 
@@ -151,9 +153,8 @@ cudaError_t LaunchGatherWords(const void* x, int64_t x_rows, const int32_t* rows
   const int64_t words = static_cast<int64_t>(row_bytes / sizeof(W));
   const int threads = ThreadsFor(words);
   const dim3 grid(BlocksFor(words, threads), GridY(num_rows));
-  GatherRowsKernel<W><<<grid, threads, 0, stream>>>(static_cast<const W*>(x), x_rows, rows,
-                                                    num_rows, words, static_cast<W*>(out));
-  return cudaGetLastError();
+  return Launch(GatherRowsKernel<W>, grid, threads, 0, stream, static_cast<const W*>(x), x_rows,
+                rows, num_rows, words, static_cast<W*>(out));
 }
 
 template <typename W>
@@ -175,10 +176,9 @@ cudaError_t LaunchCopy2DWords(void* dst, size_t dst_pitch, const void* src, size
   const int64_t words = static_cast<int64_t>(width_bytes / sizeof(W));
   const int threads = ThreadsFor(words);
   const dim3 grid(BlocksFor(words, threads), GridY(rows));
-  Copy2DKernel<W><<<grid, threads, 0, stream>>>(
-      static_cast<W*>(dst), static_cast<int64_t>(dst_pitch / sizeof(W)), static_cast<const W*>(src),
-      static_cast<int64_t>(src_pitch / sizeof(W)), words, rows);
-  return cudaGetLastError();
+  return Launch(Copy2DKernel<W>, grid, threads, 0, stream, static_cast<W*>(dst),
+                static_cast<int64_t>(dst_pitch / sizeof(W)), static_cast<const W*>(src),
+                static_cast<int64_t>(src_pitch / sizeof(W)), words, rows);
 }
 
 template <typename T>
@@ -375,8 +375,9 @@ __global__ void AddKernel(T* x, const T* y, int64_t n) {
   }
 }
 
+// As the CPU backend's std::max(v, 0.0f): NaN and -0 pass through unchanged.
 struct ReluOp {
-  __device__ float operator()(float v) const { return v > 0.0f ? v : 0.0f; }
+  __device__ float operator()(float v) const { return v < 0.0f ? 0.0f : v; }
 };
 
 // The gate activations of the gated MLPs: SwiGlu (silu) and GeGlu (tanh-approximated GELU).
@@ -502,13 +503,11 @@ cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemTyp
     return DispatchType(dst_type, [&](auto d) {
       using D = typename decltype(d)::type;
       if (vec) {
-        ConvertKernel<S, D, V>
-            <<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
-      } else {
-        ConvertKernel<S, D, 1>
-            <<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+        return Launch(ConvertKernel<S, D, V>, blocks, kThreads, 0, stream,
+                      static_cast<const S*>(src), static_cast<D*>(dst), n);
       }
-      return cudaGetLastError();
+      return Launch(ConvertKernel<S, D, 1>, blocks, kThreads, 0, stream, static_cast<const S*>(src),
+                    static_cast<D*>(dst), n);
     });
   });
 }
@@ -562,9 +561,8 @@ cudaError_t LaunchEmbeddingAdd(const int32_t* ids, int64_t tokens, const void* t
   const dim3 grid(BlocksFor(hidden, threads), GridY(tokens));
   return DispatchType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    EmbeddingAddKernel<T><<<grid, threads, 0, stream>>>(ids, tokens, static_cast<const T*>(table),
-                                                        table_rows, hidden, static_cast<T*>(out));
-    return cudaGetLastError();
+    return Launch(EmbeddingAddKernel<T>, grid, threads, 0, stream, ids, tokens,
+                  static_cast<const T*>(table), table_rows, hidden, static_cast<T*>(out));
   });
 }
 
@@ -578,15 +576,13 @@ cudaError_t LaunchRmsNorm(const void* x, const void* weight, void* out, ElemType
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (aligned && n % V == 0) {
-      RmsNormKernel<T, V><<<blocks, NormThreads(n / V, V), 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out), rows, n,
-          eps);
-    } else {
-      RmsNormKernel<T, 1><<<blocks, NormThreads(n, 1), 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out), rows, n,
-          eps);
+      return Launch(RmsNormKernel<T, V>, blocks, NormThreads(n / V, V), 0, stream,
+                    static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out),
+                    rows, n, eps);
     }
-    return cudaGetLastError();
+    return Launch(RmsNormKernel<T, 1>, blocks, NormThreads(n, 1), 0, stream,
+                  static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out),
+                  rows, n, eps);
   });
 }
 
@@ -602,15 +598,13 @@ cudaError_t LaunchLayerNorm(const void* x, const void* weight, const void* bias,
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (aligned && n % V == 0) {
-      LayerNormKernel<T, V><<<blocks, NormThreads(n / V, V), 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
-          static_cast<T*>(out), rows, n, eps);
-    } else {
-      LayerNormKernel<T, 1><<<blocks, NormThreads(n, 1), 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
-          static_cast<T*>(out), rows, n, eps);
+      return Launch(LayerNormKernel<T, V>, blocks, NormThreads(n / V, V), 0, stream,
+                    static_cast<const T*>(x), static_cast<const T*>(weight),
+                    static_cast<const T*>(bias), static_cast<T*>(out), rows, n, eps);
     }
-    return cudaGetLastError();
+    return Launch(LayerNormKernel<T, 1>, blocks, NormThreads(n, 1), 0, stream,
+                  static_cast<const T*>(x), static_cast<const T*>(weight),
+                  static_cast<const T*>(bias), static_cast<T*>(out), rows, n, eps);
   });
 }
 
@@ -630,15 +624,11 @@ cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, in
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (AlignedTo(x, 16) && half % V == 0) {
-      RopeKernel<T, V>
-          <<<blocks, threads, 0, stream>>>(static_cast<T*>(x), tokens, static_cast<int>(heads),
-                                           static_cast<int>(head_dim), positions, freqs);
-    } else {
-      RopeKernel<T, 1>
-          <<<blocks, threads, 0, stream>>>(static_cast<T*>(x), tokens, static_cast<int>(heads),
-                                           static_cast<int>(head_dim), positions, freqs);
+      return Launch(RopeKernel<T, V>, blocks, threads, 0, stream, static_cast<T*>(x), tokens,
+                    static_cast<int>(heads), static_cast<int>(head_dim), positions, freqs);
     }
-    return cudaGetLastError();
+    return Launch(RopeKernel<T, 1>, blocks, threads, 0, stream, static_cast<T*>(x), tokens,
+                  static_cast<int>(heads), static_cast<int>(head_dim), positions, freqs);
   });
 }
 
@@ -649,13 +639,11 @@ cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t strea
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (vec) {
-      UnaryKernel<T, V><<<BlocksFor(n / V, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n,
-                                                                             GeluTanhOp{});
-    } else {
-      UnaryKernel<T, 1>
-          <<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n, GeluTanhOp{});
+      return Launch(UnaryKernel<T, V, GeluTanhOp>, BlocksFor(n / V, kThreads), kThreads, 0, stream,
+                    static_cast<T*>(x), n, GeluTanhOp{});
     }
-    return cudaGetLastError();
+    return Launch(UnaryKernel<T, 1, GeluTanhOp>, BlocksFor(n, kThreads), kThreads, 0, stream,
+                  static_cast<T*>(x), n, GeluTanhOp{});
   });
 }
 
@@ -673,15 +661,13 @@ cudaError_t LaunchGlu(const void* gate_up, void* out, ElemType type, int64_t row
     if (aligned && inter % V == 0) {
       const int threads = ThreadsFor(inter / V);
       const dim3 grid(BlocksFor(inter / V, threads), GridY(rows));
-      GluKernel<T, V><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
-                                                    static_cast<T*>(out), rows, inter, act);
-    } else {
-      const int threads = ThreadsFor(inter);
-      const dim3 grid(BlocksFor(inter, threads), GridY(rows));
-      GluKernel<T, 1><<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up),
-                                                    static_cast<T*>(out), rows, inter, act);
+      return Launch(GluKernel<T, V, Act>, grid, threads, 0, stream, static_cast<const T*>(gate_up),
+                    static_cast<T*>(out), rows, inter, act);
     }
-    return cudaGetLastError();
+    const int threads = ThreadsFor(inter);
+    const dim3 grid(BlocksFor(inter, threads), GridY(rows));
+    return Launch(GluKernel<T, 1, Act>, grid, threads, 0, stream, static_cast<const T*>(gate_up),
+                  static_cast<T*>(out), rows, inter, act);
   });
 }
 
@@ -704,13 +690,11 @@ cudaError_t LaunchRelu(void* x, ElemType type, int64_t n, cudaStream_t stream) {
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (vec) {
-      UnaryKernel<T, V><<<BlocksFor(n / V, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n,
-                                                                             ReluOp{});
-    } else {
-      UnaryKernel<T, 1>
-          <<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n, ReluOp{});
+      return Launch(UnaryKernel<T, V, ReluOp>, BlocksFor(n / V, kThreads), kThreads, 0, stream,
+                    static_cast<T*>(x), n, ReluOp{});
     }
-    return cudaGetLastError();
+    return Launch(UnaryKernel<T, 1, ReluOp>, BlocksFor(n, kThreads), kThreads, 0, stream,
+                  static_cast<T*>(x), n, ReluOp{});
   });
 }
 
@@ -721,13 +705,11 @@ cudaError_t LaunchAdd(void* x, const void* y, ElemType type, int64_t n, cudaStre
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (vec) {
-      AddKernel<T, V><<<BlocksFor(n / V, kThreads), kThreads, 0, stream>>>(
-          static_cast<T*>(x), static_cast<const T*>(y), n);
-    } else {
-      AddKernel<T, 1><<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x),
-                                                                       static_cast<const T*>(y), n);
+      return Launch(AddKernel<T, V>, BlocksFor(n / V, kThreads), kThreads, 0, stream,
+                    static_cast<T*>(x), static_cast<const T*>(y), n);
     }
-    return cudaGetLastError();
+    return Launch(AddKernel<T, 1>, BlocksFor(n, kThreads), kThreads, 0, stream, static_cast<T*>(x),
+                  static_cast<const T*>(y), n);
   });
 }
 
@@ -741,9 +723,8 @@ cudaError_t LaunchAddBias(void* out, ElemType out_type, const void* bias, ElemTy
     using O = typename decltype(o)::type;
     return DispatchType(bias_type, [&](auto b) {
       using B = typename decltype(b)::type;
-      AddBiasKernel<O, B><<<grid, threads, 0, stream>>>(static_cast<O*>(out),
-                                                        static_cast<const B*>(bias), rows, cols);
-      return cudaGetLastError();
+      return Launch(AddBiasKernel<O, B>, grid, threads, 0, stream, static_cast<O*>(out),
+                    static_cast<const B*>(bias), rows, cols);
     });
   });
 }
@@ -765,28 +746,23 @@ cudaError_t LaunchMergeStates(void* o_a, float* lse_a, const void* o_b, const fl
     const int blocks = BlocksFor(pairs, static_cast<int>(block.y), kMaxRowBlocks);
     if (packs == 0) return cudaSuccess;
     if (v == V) {
-      MergeOutputsKernel<T, V><<<blocks, block, 0, stream>>>(static_cast<T*>(o_a), lse_a,
-                                                             static_cast<const T*>(o_b), lse_b,
-                                                             pairs, packs, b_log_weight);
-    } else {
-      MergeOutputsKernel<T, 1><<<blocks, block, 0, stream>>>(static_cast<T*>(o_a), lse_a,
-                                                             static_cast<const T*>(o_b), lse_b,
-                                                             pairs, packs, b_log_weight);
+      return Launch(MergeOutputsKernel<T, V>, blocks, block, 0, stream, static_cast<T*>(o_a), lse_a,
+                    static_cast<const T*>(o_b), lse_b, pairs, packs, b_log_weight);
     }
-    return cudaGetLastError();
+    return Launch(MergeOutputsKernel<T, 1>, blocks, block, 0, stream, static_cast<T*>(o_a), lse_a,
+                  static_cast<const T*>(o_b), lse_b, pairs, packs, b_log_weight);
   });
   if (error != cudaSuccess) return error;
-  MergeLseKernel<<<BlocksFor(pairs, kThreads), kThreads, 0, stream>>>(lse_a, lse_b, pairs,
-                                                                      b_log_weight);
-  return cudaGetLastError();
+  return Launch(MergeLseKernel, BlocksFor(pairs, kThreads), kThreads, 0, stream, lse_a, lse_b,
+                pairs, b_log_weight);
 }
 
 cudaError_t LaunchFill(void* p, ElemType type, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DispatchType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    FillKernel<T><<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(p), n, value);
-    return cudaGetLastError();
+    return Launch(FillKernel<T>, BlocksFor(n, kThreads), kThreads, 0, stream, static_cast<T*>(p), n,
+                  value);
   });
 }
 
@@ -795,9 +771,8 @@ cudaError_t LaunchFillRandom(void* p, ElemType type, int64_t n, uint32_t seed,
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DispatchType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    FillRandomKernel<T>
-        <<<BlocksFor(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(p), n, seed);
-    return cudaGetLastError();
+    return Launch(FillRandomKernel<T>, BlocksFor(n, kThreads), kThreads, 0, stream,
+                  static_cast<T*>(p), n, seed);
   });
 }
 

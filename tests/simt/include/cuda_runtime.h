@@ -27,6 +27,11 @@
 
 // ---- device built-ins ----
 
+// The 16-byte vector type (CUDA's __builtin_align__(16) uint4): one word of the widest copies.
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+
 inline void __syncthreads() { simt::SyncThreads(); }
 
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
