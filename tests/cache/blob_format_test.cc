@@ -59,8 +59,9 @@ TEST(BlobFormatTest, ChunkKeysSortInChunkOrder) {
   EXPECT_EQ(ChunkKey("k", 0).size(), 9u);
 }
 
-TEST(KvStreamTest, ChunksReassembleBitExactAtAnyChunkSize) {
-  Backend& backend = TestBackend();
+// On the CPU, and on the CUDA backend's code on the SIMT emulator (tests/simt), whose pinned path
+// copies out of page-locked buffers into device memory asynchronously.
+void ExpectChunksReassembleBitExact(Backend& backend) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     const EncodedContext ctx = SyntheticContext(backend, 42, 3, 37, 2, 16, dtype);
     auto shape = ShapeOf(ctx);
@@ -86,6 +87,16 @@ TEST(KvStreamTest, ChunksReassembleBitExactAtAnyChunkSize) {
       }
     }
   }
+}
+
+TEST(KvStreamTest, ChunksReassembleBitExactAtAnyChunkSize) {
+  ExpectChunksReassembleBitExact(TestBackend());
+}
+
+TEST(KvStreamTest, ChunksReassembleBitExactOnTheEmulatedCudaBackend) {
+  Backend* emulated = NamedTestBackend("simt-cuda", nullptr);
+  ASSERT_NE(emulated, nullptr);
+  ExpectChunksReassembleBitExact(*emulated);
 }
 
 TEST(KvStreamTest, SixteenBitStorageWidensExactlyIntoF32) {

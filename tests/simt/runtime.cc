@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -19,7 +21,25 @@ std::mutex g_mu;
 struct Mapping {
   void* base = nullptr;
   size_t length = 0;
+  size_t used = 0;  // bytes from the handed-out address to the guard page
 };
+
+constexpr size_t kDeviceBytes = size_t{80} << 30;  // what cudaMemGetInfo reports as total
+size_t g_allocated = 0;
+
+std::map<void*, size_t>& PinnedBlocks() {
+  static std::map<void*, size_t> blocks;
+  return blocks;
+}
+
+// Whether [p, p + bytes) lies in one device allocation (callers hold g_mu).
+bool IsDeviceRangeLocked(const void* p, size_t bytes);
+
+// Refuses a call with `error`, saying why on stderr (the emulation's stand-in for a fault).
+cudaError_t Refuse(cudaError_t error, const std::string& why) {
+  std::fprintf(stderr, "emulated CUDA runtime: %s\n", why.c_str());
+  return Record(error);
+}
 
 // Device allocations by the address handed out.
 std::map<void*, Mapping>& Mappings() {
@@ -75,7 +95,8 @@ void* DeviceAlloc(size_t bytes) {
   unsigned char* p = guard - used;
   std::memset(p, 0xff, used);
   std::lock_guard<std::mutex> lock(g_mu);
-  Mappings()[p] = Mapping{base, length};
+  Mappings()[p] = Mapping{base, length, used};
+  g_allocated += used;
   return p;
 }
 
@@ -88,8 +109,182 @@ void DeviceFree(void* p) {
     if (it == Mappings().end()) return;
     m = it->second;
     Mappings().erase(it);
+    g_allocated -= m.used;
   }
   munmap(m.base, m.length);
 }
 
+namespace {
+
+bool IsDeviceRangeLocked(const void* p, size_t bytes) {
+  auto& maps = Mappings();
+  auto it = maps.upper_bound(const_cast<void*>(p));
+  if (it == maps.begin()) return false;
+  --it;
+  const auto* start = static_cast<const unsigned char*>(it->first);
+  const auto* q = static_cast<const unsigned char*>(p);
+  return q >= start && q + bytes <= start + it->second.used;
+}
+
+bool IsDeviceRange(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return IsDeviceRangeLocked(p, bytes);
+}
+
+}  // namespace
 }  // namespace simt
+
+using simt::Record;
+using simt::Refuse;
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : Refuse(cudaErrorInvalidDevice, "device other than 0");
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return Refuse(cudaErrorInvalidDevice, "device other than 0");
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "SIMT emulator");
+  prop->totalGlobalMem = simt::kDeviceBytes;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = simt::Props().sms;
+  prop->sharedMemPerBlockOptin = simt::Props().max_smem;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device != 0) return Refuse(cudaErrorInvalidDevice, "device other than 0");
+  static int the_pool = 0;
+  *pool = reinterpret_cast<cudaMemPool_t>(&the_pool);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* value) {
+  return pool != nullptr && value != nullptr ? cudaSuccess
+                                             : Refuse(cudaErrorInvalidValue, "pool attribute");
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  std::lock_guard<std::mutex> lock(simt::g_mu);
+  *total_bytes = simt::kDeviceBytes;
+  *free_bytes = simt::kDeviceBytes - std::min(simt::kDeviceBytes, simt::g_allocated);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = simt::DeviceAlloc(bytes);
+  return *p != nullptr ? cudaSuccess : Record(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(simt::g_mu);
+    if (simt::Mappings().count(p) == 0) {
+      return Refuse(cudaErrorInvalidValue, "cudaFree of an address cudaMalloc did not return");
+    }
+  }
+  simt::DeviceFree(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (*p == nullptr) return Record(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(simt::g_mu);
+  simt::PinnedBlocks()[*p] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(simt::g_mu);
+    if (simt::PinnedBlocks().erase(p) == 0) {
+      return Refuse(cudaErrorInvalidValue,
+                    "cudaFreeHost of an address cudaHostAlloc did not return");
+    }
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = reinterpret_cast<cudaStream_t>(new int(0));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<int*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_device = simt::IsDeviceRange(dst, bytes);
+  const bool src_device = simt::IsDeviceRange(src, bytes);
+  bool ok = true;
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      ok = dst_device && !src_device;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = src_device && !dst_device;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = src_device && dst_device;
+      break;
+    case cudaMemcpyHostToHost:
+      ok = !src_device && !dst_device;
+      break;
+    case cudaMemcpyDefault:
+      break;
+  }
+  if (!ok) {
+    return Refuse(cudaErrorInvalidValue,
+                  "cudaMemcpyAsync of kind " + std::to_string(static_cast<int>(kind)) + " from " +
+                      (src_device ? "device" : "host") + " to " + (dst_device ? "device" : "host") +
+                      " memory (" + std::to_string(bytes) + " bytes)");
+  }
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  if (!simt::IsDeviceRange(dst, bytes)) {
+    return Refuse(cudaErrorInvalidValue, "cudaMemsetAsync outside device memory");
+  }
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}

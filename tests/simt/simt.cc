@@ -1,8 +1,7 @@
-// The SIMT emulator's scheduler (see simt.h): one ucontext fiber per CUDA thread of a block.
+// The SIMT emulator's scheduler (see simt.h): one fiber per CUDA thread of a block.
 #include "tests/simt/simt.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "tests/simt/fiber_context.h"
 
 uint3 threadIdx = {0, 0, 0};
 uint3 blockIdx = {0, 0, 0};
@@ -36,7 +37,7 @@ struct PendingCopy {
 };
 
 struct Fiber {
-  ucontext_t ctx;
+  FiberContext ctx;
   void* stack = nullptr;
   State state = State::kRunnable;
   uint3 idx = {0, 0, 0};
@@ -52,11 +53,17 @@ struct Run {
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
   int current_index = 0;
-  ucontext_t scheduler;
+  FiberContext scheduler;
   std::vector<unsigned char> smem;  // dynamic shared memory + guard
   size_t smem_bytes = 0;
   std::string error;
 };
+
+// Fiber stacks, kept from launch to launch (guarded by g_launch_mu).
+std::vector<void*>& StackPool() {
+  static std::vector<void*> pool;
+  return pool;
+}
 
 Run* g_run = nullptr;
 Order g_order = Order::kForward;
@@ -76,7 +83,7 @@ void PerformCopies(std::vector<PendingCopy>& copies) {
 void Yield(State state) {
   Fiber* f = g_run->current;
   f->state = state;
-  swapcontext(&f->ctx, &g_run->scheduler);
+  SwitchFiber(f->ctx, g_run->scheduler);
 }
 
 void FiberEntry() {
@@ -87,7 +94,7 @@ void FiberEntry() {
   f->committed.clear();
   PerformCopies(f->open_group);
   f->state = State::kDone;
-  // Returning resumes uc_link: the scheduler.
+  SwitchFiber(f->ctx, g_run->scheduler);  // for good: a done fiber is never resumed
 }
 
 uint3 ThreadIndex(int linear, const dim3& block) {
@@ -157,20 +164,10 @@ bool RunLanes(Run& run, int w0, int lanes) {
     run.current = &f;
     run.current_index = i;
     threadIdx = f.idx;
-    swapcontext(&run.scheduler, &f.ctx);
+    SwitchFiber(run.scheduler, f.ctx);
     ran = true;
   }
   return ran;
-}
-
-// A fresh context for f that starts in FiberEntry and returns to the scheduler. Apart from the
-// loop in RunBlock: getcontext returns twice as far as the compiler knows.
-__attribute__((noinline)) void MakeFiber(Fiber& f, Run& run) {
-  getcontext(&f.ctx);
-  f.ctx.uc_stack.ss_sp = f.stack;
-  f.ctx.uc_stack.ss_size = kStackBytes;
-  f.ctx.uc_link = &run.scheduler;
-  makecontext(&f.ctx, FiberEntry, 0);
 }
 
 // Runs one block to completion. Returns false when it cannot (g_run->error says why).
@@ -179,7 +176,7 @@ bool RunBlock(Run& run, const dim3& block) {
   const int n = static_cast<int>(fibers.size());
   for (int i = 0; i < n; ++i) {
     Fiber& f = fibers[i];
-    MakeFiber(f, run);
+    MakeFiberContext(f.ctx, f.stack, kStackBytes, FiberEntry);
     f.state = State::kRunnable;
     f.idx = ThreadIndex(i, block);
     f.open_group.clear();
@@ -255,7 +252,13 @@ std::string Launch(dim3 grid, dim3 block, size_t dynamic_smem,
   Run run;
   run.body = &thread_body;
   run.fibers.resize(static_cast<size_t>(threads));
+  std::vector<void*>& pool = StackPool();
   for (Fiber& f : run.fibers) {
+    if (!pool.empty()) {
+      f.stack = pool.back();
+      pool.pop_back();
+      continue;
+    }
     f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f.stack == MAP_FAILED) {
@@ -291,7 +294,7 @@ std::string Launch(dim3 grid, dim3 block, size_t dynamic_smem,
     }
   }
   for (Fiber& f : run.fibers) {
-    if (f.stack != nullptr) munmap(f.stack, kStackBytes);
+    if (f.stack != nullptr) pool.push_back(f.stack);  // kept for the next launch
   }
   g_run = nullptr;
   return run.error;

@@ -15,8 +15,10 @@
 // of shared memory nobody wrote (the dynamic shared memory of every block starts as 0xff bytes, a
 // NaN in f32, f16 and bf16), collectives some lanes of a warp never reach, __syncthreads() after
 // some threads returned, misaligned ldmatrix / cp.async addresses, launches over the device's
-// limits. What it cannot find: anything about timing, the real memory model, occupancy or speed,
-// and the host code that talks to the real CUDA runtime.
+// limits. With the stand-in runtime (memory, copies that check their direction, streams that run
+// at once) and cuBLASLt (cublaslt.cc), the CUDA backend's host code runs on it too ("simt-cuda"
+// in the engine tests). What it cannot find: anything about timing, concurrency between streams,
+// the real memory model, occupancy or speed, the real driver and library, and the plugin loading.
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "engine/cuda/cuda_backend.h"  // CreateCudaBackend, here from tests/simt (emulated)
 #include "engine/model/arch_traits.h"
 #include "engine/model/tiny_model.h"
 #include "gtest/gtest.h"
@@ -99,6 +100,16 @@ const Transformer& GoldenModel(const std::string& name) {
 
 Backend* NamedTestBackend(const std::string& backend, std::string* why_not) {
   if (backend == "cpu") return &TestBackend();
+  if (backend == "simt-cuda") {
+    // The CUDA backend's own code on the SIMT emulator (tests/simt): runs everywhere.
+    static std::unique_ptr<Backend> emulated = [] {
+      auto created = CreateCudaBackend(0);
+      EXPECT_TRUE(created.ok()) << created.status();
+      return created.ok() ? *std::move(created) : nullptr;
+    }();
+    if (why_not) *why_not = "the emulated CUDA backend could not be created";
+    return emulated.get();
+  }
   static std::unique_ptr<Backend> cuda;
   static std::string cuda_error;
   static std::once_flag once;

@@ -28,8 +28,9 @@ CpuBackend& TestBackend();
 // The golden's model loaded on TestBackend() (once per process).
 const Transformer& GoldenModel(const std::string& name);
 
-// Model-level tests run on every backend this build has: "cpu" always, and "cuda" (instantiated
-// with the prefix Cuda, ctest label gpu), which computes in f32 there so that the goldens hold at
+// Model-level tests run on every backend this build has: "cpu" always, "cuda" (instantiated
+// with the prefix Cuda, ctest label gpu) and "simt-cuda" (the CUDA backend on the SIMT emulator,
+// prefix SimtCuda, everywhere), which compute in f32 there so that the goldens hold at
 // their f32 tolerance; the bf16/f16 paths are checked against the CPU in tests/engine/backend.
 // The shared backend of that name, or nullptr with the reason it cannot run here (not built, no
 // usable GPU: the driver's own message).
@@ -65,14 +66,19 @@ class ModelBackendTest : public ::testing::TestWithParam<ModelOnBackend> {
   }
 };
 
-// Instantiates a ModelBackendTest suite for every family on the CPU, and again under the prefix
-// Cuda on the CUDA backend (those tests carry the ctest label gpu: tests/CMakeLists.txt).
-#define MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(suite)                                         \
-  INSTANTIATE_TEST_SUITE_P(AllFamilies, suite,                                               \
-                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("cpu")),  \
-                           ::manyshot::testing::ModelOnBackendName);                         \
-  INSTANTIATE_TEST_SUITE_P(Cuda, suite,                                                      \
-                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("cuda")), \
+// Instantiates a ModelBackendTest suite for every family on the CPU, again under the prefix
+// Cuda on the CUDA backend (those tests carry the ctest label gpu: tests/CMakeLists.txt), and
+// under SimtCuda on the same CUDA backend code running on the SIMT emulator (tests/simt: every
+// machine runs those).
+#define MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(suite)                                              \
+  INSTANTIATE_TEST_SUITE_P(AllFamilies, suite,                                                    \
+                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("cpu")),       \
+                           ::manyshot::testing::ModelOnBackendName);                              \
+  INSTANTIATE_TEST_SUITE_P(Cuda, suite,                                                           \
+                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("cuda")),      \
+                           ::manyshot::testing::ModelOnBackendName);                              \
+  INSTANTIATE_TEST_SUITE_P(SimtCuda, suite,                                                       \
+                           ::testing::ValuesIn(::manyshot::testing::GoldenModelsOn("simt-cuda")), \
                            ::manyshot::testing::ModelOnBackendName)
 
 // The real GPT-2 tokenizer (MANYSHOT_GPT2_TOKENIZER_DIR), loaded once; aborts if missing.

@@ -248,12 +248,9 @@ TEST(AttendBiasedTest, RelativeBiasEqualsItsFullForm) {
   EXPECT_THAT(b.Synchronize().message(), HasSubstr("both bias and relative_bias"));
 }
 
-// GeGlu, Relu and AttendBiased on the CUDA backend (label gpu; skipped where no GPU can be used)
-// against the CPU in f32 (AttendBiased in every dtype and bias form: backend_parity_test.cc).
-TEST(CudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
-  std::string why;
-  Backend* cuda = NamedTestBackend("cuda", &why);
-  if (cuda == nullptr) GTEST_SKIP() << "backend cuda cannot run here: " << why;
+// GeGlu, Relu and AttendBiased on the named CUDA backend against the CPU in f32 (AttendBiased in
+// every dtype and bias form: backend_parity_test.cc).
+void ExpectT5OpsMatchCpu(Backend* cuda) {
   CpuBackend& cpu = TestBackend();
   std::mt19937 rng(5);
   const int64_t rows = 9, inter = 37;  // odd widths: the unvectorised paths
@@ -288,6 +285,21 @@ TEST(CudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
   for (size_t j = 0; j < attended[0].size(); ++j) {
     ASSERT_NEAR(attended[0][j], attended[1][j], 1e-5) << j;
   }
+}
+
+// On the GPU (label gpu; skipped where no GPU can be used).
+TEST(CudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
+  std::string why;
+  Backend* cuda = NamedTestBackend("cuda", &why);
+  if (cuda == nullptr) GTEST_SKIP() << "backend cuda cannot run here: " << why;
+  ExpectT5OpsMatchCpu(cuda);
+}
+
+// The same CUDA backend code on the SIMT emulator (tests/simt), on every machine.
+TEST(SimtCudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
+  Backend* emulated = NamedTestBackend("simt-cuda", nullptr);
+  ASSERT_NE(emulated, nullptr);
+  ExpectT5OpsMatchCpu(emulated);
 }
 
 }  // namespace

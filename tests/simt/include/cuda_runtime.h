@@ -93,6 +93,8 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
   cudaErrorLaunchFailure = 719,
 };
 
@@ -100,7 +102,7 @@ struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMemoryPoolsSupported = 115 };
 
 namespace simt {
 
@@ -127,9 +129,15 @@ inline cudaError_t cudaGetDevice(int* device) {
 }
 
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /*device*/) {
-  if (attr != cudaDevAttrMultiProcessorCount) return simt::Record(cudaErrorInvalidValue);
-  *value = simt::Props().sms;
-  return cudaSuccess;
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+      *value = simt::Props().sms;
+      return cudaSuccess;
+    case cudaDevAttrMemoryPoolsSupported:
+      *value = 1;
+      return cudaSuccess;
+  }
+  return simt::Record(cudaErrorInvalidValue);
 }
 
 inline cudaError_t cudaGetLastError() {
@@ -143,10 +151,9 @@ inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream
   return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
 }
 
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t /*stream*/) {
-  simt::DeviceFree(p);
-  return cudaSuccess;
-}
+cudaError_t cudaFree(void* p);  // runtime.cc: refuses an address cudaMalloc did not return
+
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t /*stream*/) { return cudaFree(p); }
 
 template <typename... A>
 cudaError_t cudaFuncSetAttribute(void (*fn)(A...), cudaFuncAttribute attr, int value) {
@@ -187,3 +194,51 @@ cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** arg
   }
   return cudaSuccess;
 }
+
+// ---- host-side runtime API (tests/simt/runtime.cc): one device, the emulator; every stream
+// runs its work at once, in program order, so stream order holds trivially. Memory copies
+// check that the pointers are where their kind says (device memory is what cudaMalloc and
+// cudaMallocAsync returned). ----
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+struct CUmemPoolHandle_st;
+using cudaMemPool_t = CUmemPoolHandle_st*;
+
+constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaHostAllocPortable = 1;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
+  size_t sharedMemPerBlockOptin;
+};
+
+const char* cudaGetErrorString(cudaError_t error);
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
