@@ -24,8 +24,11 @@ using ::testing::HasSubstr;
 // One layer pair = 2 * 300 * 2 * 16 * 4 = 76800 bytes per layer; with 4 KB chunks, many chunks.
 constexpr int64_t kLayers = 2, kTokens = 300, kHeads = 2, kDim = 16;
 
-class ContextCacheTest : public ::testing::Test {
+// On the CPU backend and on the CUDA backend's code over the SIMT emulator ("simt-cuda", whose
+// restores go through pinned staging into device memory).
+class ContextCacheTest : public ::testing::TestWithParam<std::string> {
  protected:
+  Backend& backend() { return *NamedTestBackend(GetParam(), nullptr); }
   void SetUp() override {
     dir_ = FreshTempDir("cc");
     options_.chunk_bytes = 4096;
@@ -37,12 +40,12 @@ class ContextCacheTest : public ::testing::Test {
   }
   void Reopen() {
     cache_.reset();
-    auto c = ContextCache::Open(dir_, options_, TestBackend());
+    auto c = ContextCache::Open(dir_, options_, backend());
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = *std::move(c);
   }
   EncodedContext Synthetic(uint64_t seed) {
-    return SyntheticContext(TestBackend(), seed, kLayers, kTokens, kHeads, kDim);
+    return SyntheticContext(backend(), seed, kLayers, kTokens, kHeads, kDim);
   }
   static TaskRecord Record(const std::string& id, const std::string& key) {
     return {id, "tenant-a", "spec-of-" + id, "hash-" + id, key, 1700000000000000};
@@ -96,7 +99,7 @@ class ContextCacheTest : public ::testing::Test {
   int encoder_calls_ = 0;
 };
 
-TEST_F(ContextCacheTest, F32RoundTripIsBitExactAcrossReopen) {
+TEST_P(ContextCacheTest, F32RoundTripIsBitExactAcrossReopen) {
   Reopen();
   const EncodedContext original = Synthetic(1);
   ASSERT_TRUE(cache_->PutTask(Record("t1", "k1"), original).ok());
@@ -109,7 +112,7 @@ TEST_F(ContextCacheTest, F32RoundTripIsBitExactAcrossReopen) {
   EXPECT_EQ(cache_->ListTasks()[0], Record("t1", "k1"));
   auto pinned = cache_->Acquire("k1", NoEncoder());
   ASSERT_TRUE(pinned.ok()) << pinned.status();
-  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**pinned, original, backend()), "");
   EXPECT_EQ((*pinned)->groups, original.groups);
   EXPECT_EQ((*pinned)->group_length, original.group_length);
   const CacheStats s = cache_->Stats();
@@ -124,25 +127,25 @@ TEST_F(ContextCacheTest, F32RoundTripIsBitExactAcrossReopen) {
   EXPECT_EQ(cache_->Stats().memory_hits, 1u);
 }
 
-TEST_F(ContextCacheTest, Bf16StorageHalvesBytesAndRoundTripsBitExact) {
+TEST_P(ContextCacheTest, Bf16StorageHalvesBytesAndRoundTripsBitExact) {
   options_.kv_dtype = DType::kBF16;
   Reopen();
   const EncodedContext original = Synthetic(2);
   const EncodedContext expected =
-      *ToF32(*ConvertContext(original, DType::kBF16, TestBackend()), TestBackend());
+      *ToF32(*ConvertContext(original, DType::kBF16, backend()), backend());
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
   EXPECT_EQ(cache_->Stats().disk_bytes, original.bytes() / 2);
   {
     // What memory holds before a restart is what comes back after it.
     auto before = cache_->Acquire("k", NoEncoder());
     ASSERT_TRUE(before.ok());
-    EXPECT_EQ(CompareContexts(**before, expected, TestBackend()), "");
+    EXPECT_EQ(CompareContexts(**before, expected, backend()), "");
   }
   Reopen();
   auto after = cache_->Acquire("k", NoEncoder());
   ASSERT_TRUE(after.ok());
   EXPECT_EQ((*after)->kv.k[0].dtype(), DType::kF32);
-  EXPECT_EQ(CompareContexts(**after, expected, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**after, expected, backend()), "");
   after->Release();
   // Memory may hold the storage dtype too: half the memory bytes.
   options_.memory_holds_storage_dtype = true;
@@ -151,13 +154,13 @@ TEST_F(ContextCacheTest, Bf16StorageHalvesBytesAndRoundTripsBitExact) {
   ASSERT_TRUE(narrow.ok());
   EXPECT_EQ((*narrow)->kv.k[0].dtype(), DType::kBF16);
   EXPECT_EQ(cache_->Stats().memory_bytes, original.bytes() / 2);
-  EXPECT_EQ(CompareContexts(*ToF32(**narrow, TestBackend()), expected, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(*ToF32(**narrow, backend()), expected, backend()), "");
 }
 
 // A restore into host memory in the storage dtype maps the KV file: a write to the restored
 // context copies its page and never reaches the file, and a context stays whole after its file is
 // unlinked by a delete.
-TEST_F(ContextCacheTest, AMappedRestoreIsPrivateAndOutlivesItsFile) {
+TEST_P(ContextCacheTest, AMappedRestoreIsPrivateAndOutlivesItsFile) {
   Reopen();
   const EncodedContext original = Synthetic(3);
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
@@ -170,14 +173,14 @@ TEST_F(ContextCacheTest, AMappedRestoreIsPrivateAndOutlivesItsFile) {
   Reopen();
   auto pinned = cache_->Acquire("k", NoEncoder());
   ASSERT_TRUE(pinned.ok()) << pinned.status();
-  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**pinned, original, backend()), "");
   EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
   ASSERT_TRUE(cache_->DeleteTask("t").ok());
   EXPECT_FALSE(std::filesystem::exists(KvFile("k")));
-  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");  // still mapped
+  EXPECT_EQ(CompareContexts(**pinned, original, backend()), "");  // still mapped
 }
 
-TEST_F(ContextCacheTest, EqualTasksShareOneEntry) {
+TEST_P(ContextCacheTest, EqualTasksShareOneEntry) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("a", "k"), Synthetic(3)).ok());
   auto b = cache_->CreateTask(Record("b", "k"), NoEncoder());  // shares: no encode
@@ -205,19 +208,19 @@ TEST_F(ContextCacheTest, EqualTasksShareOneEntry) {
   EXPECT_TRUE(absl::IsNotFound(cache_->DeleteTask("b")));
 }
 
-TEST_F(ContextCacheTest, CreateTaskEncodesOnceAndStoresAtomically) {
+TEST_P(ContextCacheTest, CreateTaskEncodesOnceAndStoresAtomically) {
   Reopen();
   auto pinned = cache_->CreateTask(Record("t", "k"), Encoder(4));
   ASSERT_TRUE(pinned.ok());
   EXPECT_EQ(encoder_calls_, 1);
-  EXPECT_EQ(CompareContexts(**pinned, Synthetic(4), TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**pinned, Synthetic(4), backend()), "");
   pinned->Release();
   EXPECT_EQ(cache_->Stats().re_encodes, 0u);
   Reopen();
   ASSERT_TRUE(cache_->Acquire("k", NoEncoder()).ok());
 }
 
-TEST_F(ContextCacheTest, FlippedByteInAStoredChunkIsDetectedNotServedAndReEncoded) {
+TEST_P(ContextCacheTest, FlippedByteInAStoredChunkIsDetectedNotServedAndReEncoded) {
   Reopen();
   const EncodedContext original = Synthetic(5);
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
@@ -225,7 +228,7 @@ TEST_F(ContextCacheTest, FlippedByteInAStoredChunkIsDetectedNotServedAndReEncode
   FlipByteOfFile("k", 7 * options_.chunk_bytes + 1234);
   auto pinned = cache_->Acquire("k", Encoder(5));
   ASSERT_TRUE(pinned.ok()) << pinned.status();
-  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");  // the re-encoded one
+  EXPECT_EQ(CompareContexts(**pinned, original, backend()), "");  // the re-encoded one
   CacheStats s = cache_->Stats();
   EXPECT_EQ(encoder_calls_, 1);
   EXPECT_EQ(s.corruptions_detected, 1u);
@@ -238,11 +241,11 @@ TEST_F(ContextCacheTest, FlippedByteInAStoredChunkIsDetectedNotServedAndReEncode
   Reopen();
   auto again = cache_->Acquire("k", NoEncoder());
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(CompareContexts(**again, original, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**again, original, backend()), "");
   EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
 }
 
-TEST_F(ContextCacheTest, DamagedHeaderIsDetectedAtOpen) {
+TEST_P(ContextCacheTest, DamagedHeaderIsDetectedAtOpen) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), Synthetic(6)).ok());
   FlipByteOfValue(cache_->disk().meta_family(), "h/k", 20);
@@ -254,10 +257,10 @@ TEST_F(ContextCacheTest, DamagedHeaderIsDetectedAtOpen) {
   ASSERT_TRUE(pinned.ok());
   EXPECT_EQ(encoder_calls_, 1);
   EXPECT_EQ(cache_->Stats().re_encodes, 1u);
-  EXPECT_EQ(CompareContexts(**pinned, Synthetic(6), TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**pinned, Synthetic(6), backend()), "");
 }
 
-TEST_F(ContextCacheTest, TruncatedFileAndFailedShapeCheckAreCorruption) {
+TEST_P(ContextCacheTest, TruncatedFileAndFailedShapeCheckAreCorruption) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), Synthetic(7)).ok());
   Reopen();
@@ -276,7 +279,7 @@ TEST_F(ContextCacheTest, TruncatedFileAndFailedShapeCheckAreCorruption) {
 
 // A KV file whose size no longer matches its header (a torn copy, a file from elsewhere): found by
 // Open() itself, before any read; the task stays and its KV is re-encoded on demand.
-TEST_F(ContextCacheTest, AKvFileOfTheWrongSizeIsCorruptionFoundAtOpen) {
+TEST_P(ContextCacheTest, AKvFileOfTheWrongSizeIsCorruptionFoundAtOpen) {
   Reopen();
   const EncodedContext original = Synthetic(8);
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
@@ -292,13 +295,13 @@ TEST_F(ContextCacheTest, AKvFileOfTheWrongSizeIsCorruptionFoundAtOpen) {
   EXPECT_TRUE(Logged("expected")) << ::testing::PrintToString(log_);
   auto pinned = cache_->Acquire("k", Encoder(8));
   ASSERT_TRUE(pinned.ok()) << pinned.status();
-  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**pinned, original, backend()), "");
   EXPECT_EQ(encoder_calls_, 1);
 }
 
 // Format 2 kept payloads as chunks inside RocksDB. Such a blob is dropped at open (logged, counted,
 // its chunks deleted) and its task, which stays, re-encodes on first use under format 3.
-TEST_F(ContextCacheTest, AFormatTwoBlobIsDroppedAtOpenAndItsTaskReEncodes) {
+TEST_P(ContextCacheTest, AFormatTwoBlobIsDroppedAtOpenAndItsTaskReEncodes) {
   Reopen();
   const EncodedContext original = Synthetic(9);
   ASSERT_TRUE(cache_->PutTask(Record("t", "k"), original).ok());
@@ -333,14 +336,14 @@ TEST_F(ContextCacheTest, AFormatTwoBlobIsDroppedAtOpenAndItsTaskReEncodes) {
   ASSERT_EQ(cache_->ListTasks().size(), 1u);
   auto pinned = cache_->Acquire("k", Encoder(9));
   ASSERT_TRUE(pinned.ok()) << pinned.status();
-  EXPECT_EQ(CompareContexts(**pinned, original, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**pinned, original, backend()), "");
   EXPECT_EQ(cache_->Stats().re_encodes, 1u);
   pinned->Release();
   Reopen();
   ASSERT_TRUE(cache_->Acquire("k", NoEncoder()).ok());  // stored again, as format 3
 }
 
-TEST_F(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
+TEST_P(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
   const size_t blob = static_cast<size_t>(2 * kLayers * kTokens * kHeads * kDim * 4);
   options_.disk_budget_bytes = 2 * blob + blob / 2;  // room for two
   options_.memory_budget_bytes = 0;                  // every Acquire goes to disk
@@ -361,7 +364,7 @@ TEST_F(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
   // b's KV is re-encoded on demand and stored again, evicting the least recent (a).
   auto b = cache_->Acquire("kb", Encoder(11));
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(CompareContexts(**b, Synthetic(11), TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**b, Synthetic(11), backend()), "");
   s = cache_->Stats();
   EXPECT_EQ(s.re_encodes, 1u);
   EXPECT_EQ(s.disk_evictions, 1u);
@@ -369,7 +372,7 @@ TEST_F(ContextCacheTest, DiskBudgetEvictsLeastRecentlyUsedBlobsAndKeepsTasks) {
   EXPECT_EQ(s.disk_bytes, 2 * blob);
 }
 
-TEST_F(ContextCacheTest, UncommittedKvFilesAndRecordWithoutReadyMarkerAreNeverVisible) {
+TEST_P(ContextCacheTest, UncommittedKvFilesAndRecordWithoutReadyMarkerAreNeverVisible) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("good", "kg"), Synthetic(13)).ok());
   // What a crash in the middle of a write leaves: a temporary file, and a renamed file whose
@@ -397,7 +400,7 @@ TEST_F(ContextCacheTest, UncommittedKvFilesAndRecordWithoutReadyMarkerAreNeverVi
   EXPECT_TRUE(Logged("discarding uncommitted KV file kx.kv.tmp"));
 }
 
-TEST_F(ContextCacheTest, EagerRestoreLoadsAtOpenWithoutEncoding) {
+TEST_P(ContextCacheTest, EagerRestoreLoadsAtOpenWithoutEncoding) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("a", "ka"), Synthetic(20)).ok());
   ASSERT_TRUE(cache_->PutTask(Record("b", "kb"), Synthetic(21)).ok());
@@ -411,7 +414,7 @@ TEST_F(ContextCacheTest, EagerRestoreLoadsAtOpenWithoutEncoding) {
   EXPECT_EQ(cache_->Stats().memory_hits, 1u);
 }
 
-TEST_F(ContextCacheTest, ConcurrentAcquiresOfOneKeyEncodeOnce) {
+TEST_P(ContextCacheTest, ConcurrentAcquiresOfOneKeyEncodeOnce) {
   Reopen();
   std::atomic<int> encodes{0};
   auto slow_encoder = [&]() -> absl::StatusOr<EncodedContext> {
@@ -430,6 +433,9 @@ TEST_F(ContextCacheTest, ConcurrentAcquiresOfOneKeyEncodeOnce) {
   EXPECT_EQ(ok.load(), 4);
   EXPECT_EQ(encodes.load(), 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ContextCacheTest, ::testing::Values("cpu", "simt-cuda"),
+                         BackendTestName);
 
 }  // namespace
 }  // namespace manyshot::testing

@@ -1,6 +1,7 @@
 // The pinned host tier between the memory tier and RocksDB: a context evicted from memory is kept
 // in host memory and comes back bit-exact without a RocksDB read; its own LRU budget; deletes
-// reach it. Runs on the CPU backend (on a GPU the same code copies device <-> pinned host).
+// reach it. Runs on the CPU backend and on the CUDA backend's code over the SIMT emulator
+// ("simt-cuda": device memory <-> pinned host buffers, as on a GPU).
 #include "cache/host_tier.h"
 
 #include "cache/context_cache.h"
@@ -14,14 +15,18 @@ namespace {
 
 constexpr int64_t kLayers = 2, kTokens = 100, kHeads = 2, kDim = 16;
 
-EncodedContext Synthetic(uint64_t seed) {
-  return SyntheticContext(TestBackend(), seed, kLayers, kTokens, kHeads, kDim);
-}
+class HostTierTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  Backend& backend() { return *NamedTestBackend(GetParam(), nullptr); }
+  EncodedContext Synthetic(uint64_t seed) {
+    return SyntheticContext(backend(), seed, kLayers, kTokens, kHeads, kDim);
+  }
+};
 
-TEST(HostTierTest, KeepsCopiesUnderItsBudgetLeastRecentlyUsedFirst) {
+TEST_P(HostTierTest, KeepsCopiesUnderItsBudgetLeastRecentlyUsedFirst) {
   const EncodedContext a = Synthetic(1), b = Synthetic(2), c = Synthetic(3);
   const size_t one = ContextTensorBytes(a);
-  HostTier tier(2 * one, TestBackend());
+  HostTier tier(2 * one, backend());
   ASSERT_TRUE(tier.Put("a", a).ok());
   ASSERT_TRUE(tier.Put("b", b).ok());
   ASSERT_TRUE(tier.Restore("a").value().has_value());  // a is now the most recent
@@ -29,14 +34,14 @@ TEST(HostTierTest, KeepsCopiesUnderItsBudgetLeastRecentlyUsedFirst) {
   EXPECT_FALSE(tier.Restore("b").value().has_value());
   auto restored = tier.Restore("c");
   ASSERT_TRUE(restored.ok() && restored->has_value());
-  EXPECT_EQ(CompareContexts(**restored, c, TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**restored, c, backend()), "");
   const HostTier::Stats s = tier.stats();
   EXPECT_EQ(s.bytes, 2 * one);
   EXPECT_EQ(s.entries, 2u);
   EXPECT_EQ(s.evictions, 1u);
   EXPECT_EQ(s.hits, 2u);
   EXPECT_EQ(s.misses, 1u);
-  HostTier small(one - 1, TestBackend());  // a context larger than the budget is not kept
+  HostTier small(one - 1, backend());  // a context larger than the budget is not kept
   ASSERT_TRUE(small.Put("a", a).ok());
   EXPECT_EQ(small.stats().rejected, 1u);
   EXPECT_FALSE(small.Restore("a").value().has_value());
@@ -45,18 +50,18 @@ TEST(HostTierTest, KeepsCopiesUnderItsBudgetLeastRecentlyUsedFirst) {
   EXPECT_EQ(tier.stats().bytes, one);
 }
 
-TEST(HostTierTest, AContextEvictedFromMemoryComesBackFromHostNotFromDisk) {
+TEST_P(HostTierTest, AContextEvictedFromMemoryComesBackFromHostNotFromDisk) {
   const auto dir = FreshTempDir("host-tier");
   ContextCacheOptions options;
   const size_t one = ContextTensorBytes(Synthetic(1));
   options.memory_budget_bytes = one + one / 2;  // one context at a time
   options.host_budget_bytes = 4 * one;
-  auto cache = ContextCache::Open(dir, options, TestBackend());
+  auto cache = ContextCache::Open(dir, options, backend());
   ASSERT_TRUE(cache.ok()) << cache.status();
   for (uint64_t seed : {1, 2}) {
     auto created = (*cache)->CreateTask(
         {"t" + std::to_string(seed), "tenant", "spec", "hash", "key" + std::to_string(seed), 1},
-        [seed]() -> absl::StatusOr<EncodedContext> { return Synthetic(seed); });
+        [this, seed]() -> absl::StatusOr<EncodedContext> { return Synthetic(seed); });
     ASSERT_TRUE(created.ok()) << created.status();
   }  // creating key2 evicted key1 from memory into the host tier
   CacheStats before = (*cache)->Stats();
@@ -64,7 +69,7 @@ TEST(HostTierTest, AContextEvictedFromMemoryComesBackFromHostNotFromDisk) {
   EXPECT_EQ(before.host_entries, 1u);
   auto again = (*cache)->Acquire("key1", nullptr);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(CompareContexts(**again, Synthetic(1), TestBackend()), "");
+  EXPECT_EQ(CompareContexts(**again, Synthetic(1), backend()), "");
   CacheStats after = (*cache)->Stats();
   EXPECT_EQ(after.host_hits, 1u);
   EXPECT_EQ(after.loads, before.loads);  // no RocksDB read
@@ -77,6 +82,9 @@ TEST(HostTierTest, AContextEvictedFromMemoryComesBackFromHostNotFromDisk) {
   cache->reset();
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, HostTierTest, ::testing::Values("cpu", "simt-cuda"),
+                         BackendTestName);
 
 }  // namespace
 }  // namespace manyshot::testing

@@ -125,6 +125,12 @@ Backend* NamedTestBackend(const std::string& backend, std::string* why_not) {
   return cuda.get();
 }
 
+std::string BackendTestName(const ::testing::TestParamInfo<std::string>& info) {
+  if (info.param == "cpu") return "Cpu";
+  if (info.param == "simt-cuda") return "SimtCuda";
+  return "Cuda";
+}
+
 const Transformer& GoldenModelOn(const std::string& name, const std::string& backend) {
   if (backend == "cpu") return GoldenModel(name);
   static std::map<std::string, std::unique_ptr<Transformer>> models;

@@ -35,6 +35,8 @@ const Transformer& GoldenModel(const std::string& name);
 // The shared backend of that name, or nullptr with the reason it cannot run here (not built, no
 // usable GPU: the driver's own message).
 Backend* NamedTestBackend(const std::string& backend, std::string* why_not);
+// Test-name suffix for a suite parameterised by backend name: "Cpu", "SimtCuda", "Cuda".
+std::string BackendTestName(const ::testing::TestParamInfo<std::string>& info);
 // The golden's model loaded on NamedTestBackend(backend) (once per process and backend).
 const Transformer& GoldenModelOn(const std::string& name, const std::string& backend);
 
