@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_plugin.h"
@@ -16,7 +19,12 @@ absl::StatusOr<const CudaPlugin*> LoadCudaPlugin() {
   static const absl::StatusOr<const CudaPlugin*> plugin =
       []() -> absl::StatusOr<const CudaPlugin*> {
     std::string errors;
-    for (const char* path : {MANYSHOT_CUDA_PLUGIN_PATH, "libmanyshot_cuda.so"}) {
+    // MANYSHOT_CUDA_PLUGIN names another build of the plugin to load instead (the tests' build
+    // of the CUDA backend on the SIMT emulator, tests/simt); it is the only one tried then.
+    const char* chosen = std::getenv("MANYSHOT_CUDA_PLUGIN");
+    std::vector<const char*> paths = {MANYSHOT_CUDA_PLUGIN_PATH, "libmanyshot_cuda.so"};
+    if (chosen != nullptr && *chosen != '\0') paths = {chosen};
+    for (const char* path : paths) {
       void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
       if (handle == nullptr) {
         const char* error = dlerror();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -286,5 +287,34 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
     return Refuse(cudaErrorInvalidValue, "cudaMemsetAsync outside device memory");
   }
   std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = new CUevent_st();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  event->at = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start->recorded || !end->recorded) {
+    return Refuse(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an unrecorded event");
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }

@@ -242,3 +242,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
+
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);  // the host clock, now
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);

@@ -1,0 +1,158 @@
+// The real server on --backend=cuda without a GPU: MANYSHOT_CUDA_PLUGIN names tests/simt's build
+// of the CUDA plugin, whose backend code runs on the SIMT emulator (the same cuda_backend.cc,
+// kernels and plugin entry point as libmanyshot_cuda.so; a stand-in CUDA runtime and cuBLASLt).
+// End to end through gRPC: the plugin loads, GetServerInfo and the metrics report the CUDA
+// backend and a "gpu" memory tier, a task evicted from the GPU budget comes back from the pinned
+// host tier and, after a restart, from disk through pinned staging, and every score equals the
+// CPU server's (f32 compute and K/V on both sides).
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+#include "tests/integration/prometheus_text.h"
+#include "tests/integration/server_under_test.h"
+#include "tests/integration/service_client.h"
+
+namespace manyshot::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kTexts = {"a delightful film", "a dull mess", "not bad at all",
+                                         "the plot is thin"};
+
+std::vector<std::string> CommonFlags() {
+  return {"--threads=1", "--compute_dtype=f32", "--kv_dtype=f32", "--weight_dtype=f32"};
+}
+
+std::vector<std::string> CudaFlags(uint64_t gpu_budget) {
+  std::vector<std::string> flags = CommonFlags();
+  flags.push_back("--backend=cuda");
+  flags.push_back("--gpu_memory_budget_bytes=" + std::to_string(gpu_budget));
+  flags.push_back("--host_memory_budget_bytes=" + std::to_string(64 << 20));
+  return flags;
+}
+
+void StopCleanly(ServerUnderTest& server) {
+  ASSERT_TRUE(server.process().Signal(SIGTERM));
+  auto status = server.process().Wait(kExitLimit);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0) << server.Stderr();
+}
+
+// Sum log-probabilities of every label of every text, classified against `task`.
+std::vector<double> Scores(const ServerUnderTest& server, const std::string& task) {
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  grpc::ClientContext context;
+  v1::ClassifyResponse response;
+  const grpc::Status status = stub->Classify(&context, ClassifyRequestFor(task, kTexts), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<double> out;
+  for (const auto& r : response.results()) {
+    for (const auto& s : r.scores()) out.push_back(s.sum_logprob());
+  }
+  EXPECT_EQ(out.size(), kTexts.size() * 2);
+  return out;
+}
+
+void CreateTasks(const ServerUnderTest& server) {
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  for (const char* id : {"a", "b"}) {
+    // Different demonstrations per task: two contexts of about the same size.
+    const size_t n = id[0] == 'a' ? 12 : 11;
+    auto created = CreateTask(*stub, id, Sst2Spec(), Sst2Demonstrations(n));
+    ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  }
+}
+
+double Metric(const ServerUnderTest& server, const std::string& name,
+              const std::map<std::string, std::string>& labels) {
+  auto scrape = ParsePrometheusText(HttpGet(server.metrics_port(), "/metrics").body);
+  EXPECT_TRUE(scrape.ok()) << scrape.status();
+  if (!scrape.ok()) return -1;
+  const PrometheusSample* sample = scrape->Find(name, labels);
+  EXPECT_NE(sample, nullptr) << name;
+  return sample != nullptr ? sample->value : -1;
+}
+
+void ExpectSameScores(const std::vector<double>& got, const std::vector<double>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    // f32 on both sides; the GEMMs sum in another order (OpenBLAS vs the emulated cuBLASLt).
+    EXPECT_NEAR(got[i], want[i], 1e-3 * std::max(1.0, std::abs(want[i]))) << what << " " << i;
+  }
+}
+
+TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) {
+#if !MANYSHOT_CUDA_ENABLED
+  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
+                  "CUDA plugin";
+#endif
+  TempDir dir;
+  std::vector<double> cpu_a, cpu_b;
+  {
+    ServerUnderTest cpu(dir.path() / "cpu", CommonFlags());
+    ASSERT_TRUE(cpu.started()) << cpu.Stderr();
+    CreateTasks(cpu);
+    cpu_a = Scores(cpu, "a");
+    cpu_b = Scores(cpu, "b");
+    StopCleanly(cpu);
+  }
+
+  ASSERT_EQ(setenv("MANYSHOT_CUDA_PLUGIN", MANYSHOT_CUDA_SIMT_PLUGIN, 1), 0);
+  const fs::path data = dir.path() / "cuda";
+  uint64_t one_task = 0;
+  {
+    // First a budget for everything, to learn what one task holds.
+    ServerUnderTest gpu(data, CudaFlags(uint64_t{1} << 30));
+    ASSERT_TRUE(gpu.started()) << gpu.Stderr();
+    EXPECT_NE(gpu.Stderr().find("backend cuda (--backend=cuda): SIMT emulator"), std::string::npos)
+        << gpu.Stderr();
+    auto stub = v1::ManyShot::NewStub(gpu.Channel());
+    grpc::ClientContext context;
+    v1::ServerInfo info;
+    ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.backend().name(), "cuda");
+    EXPECT_TRUE(info.backend().cuda_built());
+    EXPECT_EQ(info.backend().compute_dtype(), "f32");
+    EXPECT_NE(info.backend().description().find("SIMT emulator"), std::string::npos);
+    auto created = CreateTask(*stub, "a", Sst2Spec(), Sst2Demonstrations(12));
+    ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+    one_task = static_cast<uint64_t>(Metric(gpu, "manyshot_cache_bytes", {{"tier", "gpu"}}));
+    EXPECT_GT(one_task, 0u);
+    EXPECT_EQ(Metric(gpu, "manyshot_backend_info", {{"backend", "cuda"}}), 1.0);
+    ExpectSameScores(Scores(gpu, "a"), cpu_a, "task a on the GPU tier");
+    StopCleanly(gpu);
+  }
+  {
+    // Room for one task on the GPU: creating b evicts a into the pinned host tier.
+    ServerUnderTest gpu(data, CudaFlags(one_task + one_task / 2));
+    ASSERT_TRUE(gpu.started()) << gpu.Stderr();
+    auto stub = v1::ManyShot::NewStub(gpu.Channel());
+    auto created = CreateTask(*stub, "b", Sst2Spec(), Sst2Demonstrations(11));
+    ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+    ExpectSameScores(Scores(gpu, "b"), cpu_b, "task b");
+    // a was stored by the first run: it comes from disk (pinned staging into device memory).
+    const double disk_before = Metric(gpu, "manyshot_cache_hits_total", {{"tier", "disk"}});
+    ExpectSameScores(Scores(gpu, "a"), cpu_a, "task a restored from disk");
+    EXPECT_GT(Metric(gpu, "manyshot_cache_hits_total", {{"tier", "disk"}}), disk_before);
+    // b went to the host tier to make room for a; asking for it again is a host-tier hit.
+    const double host_before = Metric(gpu, "manyshot_cache_hits_total", {{"tier", "host"}});
+    ExpectSameScores(Scores(gpu, "b"), cpu_b, "task b from the host tier");
+    EXPECT_GT(Metric(gpu, "manyshot_cache_hits_total", {{"tier", "host"}}), host_before);
+    EXPECT_LE(Metric(gpu, "manyshot_cache_bytes", {{"tier", "gpu"}}),
+              static_cast<double>(one_task + one_task / 2));
+    StopCleanly(gpu);
+  }
+  unsetenv("MANYSHOT_CUDA_PLUGIN");
+}
+
+}  // namespace
+}  // namespace manyshot::testing
