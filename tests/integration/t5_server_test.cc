@@ -5,6 +5,9 @@
 // tests/server/t5_serving_test.cc.)
 #include <signal.h>
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/engine/support/unigram_tokenizer_json.h"
 #include "tests/integration/server_under_test.h"
+#include "tests/integration/service_client.h"
 
 namespace manyshot::testing {
 namespace {
@@ -216,6 +220,68 @@ TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
     ASSERT_EQ(classified.exit_status, 0) << classified.err;
     EXPECT_EQ(ReservedBytes(server), one_task);
   }
+}
+
+// A SAICL task on --backend=cuda without a GPU (the CUDA plugin built on the SIMT emulator,
+// tests/simt; EmulatedGpuServerTest does the same for a decoder-only model): its scores equal the
+// CPU server's, and its first-layer states count against --gpu_memory_budget_bytes.
+TEST(T5ServerTest, ASaiclTaskOnTheEmulatedCudaBackendScoresAsOnTheCpu) {
+#if !MANYSHOT_CUDA_ENABLED
+  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
+                  "CUDA plugin";
+#endif
+  TempDir dir;
+  const fs::path model = dir.path() / "t5";
+  ASSERT_NO_FATAL_FAILURE(MakeTinyT5(model));
+  v1::TaskSpec spec;
+  spec.set_input_template("{text}:");
+  spec.add_labels("negative");
+  spec.add_labels("positive");
+  spec.set_mode(v1::MODE_SAICL);
+  std::vector<v1::Demonstration> demos;
+  for (auto [text, label] : {std::pair{"good movie", "positive"},
+                             {"dull", "negative"},
+                             {"fun", "positive"},
+                             {"bad movie", "negative"}}) {
+    v1::Demonstration d;
+    d.set_text(text);
+    d.set_label(label);
+    demos.push_back(d);
+  }
+  auto scores = [&](const std::vector<std::string>& flags, double* reserved) {
+    ServerUnderTest server(dir.path() / ("data" + std::to_string(flags.size())), flags);
+    EXPECT_TRUE(server.started()) << server.Stderr();
+    auto stub = v1::ManyShot::NewStub(server.Channel());
+    auto created = CreateTask(*stub, "saicl", spec, demos);
+    EXPECT_TRUE(created.status.ok()) << created.status.error_message();
+    grpc::ClientContext context;
+    v1::ClassifyResponse response;
+    EXPECT_TRUE(
+        stub->Classify(&context, ClassifyRequestFor("saicl", {"good", "bad movie"}), &response)
+            .ok());
+    std::vector<double> out;
+    for (const auto& r : response.results()) {
+      for (const auto& sc : r.scores()) out.push_back(sc.sum_logprob());
+    }
+    *reserved = ReservedBytes(server);
+    return out;
+  };
+  const std::vector<std::string> common = {"--threads=1", "--model_dir=" + model.string(),
+                                           "--compute_dtype=f32", "--kv_dtype=f32"};
+  double cpu_reserved = 0, gpu_reserved = 0;
+  const std::vector<double> cpu = scores(common, &cpu_reserved);
+  ASSERT_EQ(setenv("MANYSHOT_CUDA_PLUGIN", MANYSHOT_CUDA_SIMT_PLUGIN, 1), 0);
+  std::vector<std::string> cuda_flags = common;
+  cuda_flags.push_back("--backend=cuda");
+  const std::vector<double> gpu = scores(cuda_flags, &gpu_reserved);
+  unsetenv("MANYSHOT_CUDA_PLUGIN");
+  ASSERT_EQ(cpu.size(), 4u);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], 1e-3 * std::max(1.0, std::abs(cpu[i]))) << i;
+  }
+  EXPECT_GT(cpu_reserved, 0);
+  EXPECT_EQ(gpu_reserved, cpu_reserved);  // the same f32 states, on the GPU's budget
 }
 
 // `manyshot eval` on a T5 server: SAICL and GROUP_FID (one task per mode) at 2 and 4 shots over 2
