@@ -21,7 +21,9 @@
 namespace manyshot {
 
 struct CudaPlugin {
-  static constexpr int kAbiVersion = 1;
+  // Raised whenever Backend, Tensor or this struct change shape (2: Backend keys its per-thread
+  // errors by a token instead of std::thread::id).
+  static constexpr int kAbiVersion = 2;
   int abi_version = kAbiVersion;
   absl::StatusOr<int> (*device_count)() = nullptr;
   absl::StatusOr<std::unique_ptr<Backend>> (*create_backend)(int device) = nullptr;
