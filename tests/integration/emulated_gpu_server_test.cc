@@ -39,13 +39,6 @@ std::vector<std::string> CudaFlags(uint64_t gpu_budget) {
   return flags;
 }
 
-void StopCleanly(ServerUnderTest& server) {
-  ASSERT_TRUE(server.process().Signal(SIGTERM));
-  auto status = server.process().Wait(kExitLimit);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(*status, 0) << server.Stderr();
-}
-
 // Sum log-probabilities of every label of every text, classified against `task`.
 std::vector<double> Scores(const ServerUnderTest& server, const std::string& task) {
   auto stub = v1::ManyShot::NewStub(server.Channel());
@@ -103,7 +96,7 @@ TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServer
     CreateTasks(cpu);
     cpu_a = Scores(cpu, "a");
     cpu_b = Scores(cpu, "b");
-    StopCleanly(cpu);
+    cpu.StopCleanly();
   }
 
   ASSERT_EQ(setenv("MANYSHOT_CUDA_PLUGIN", MANYSHOT_CUDA_SIMT_PLUGIN, 1), 0);
@@ -129,7 +122,7 @@ TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServer
     EXPECT_GT(one_task, 0u);
     EXPECT_EQ(Metric(gpu, "manyshot_backend_info", {{"backend", "cuda"}}), 1.0);
     ExpectSameScores(Scores(gpu, "a"), cpu_a, "task a on the GPU tier");
-    StopCleanly(gpu);
+    gpu.StopCleanly();
   }
   {
     // Room for one task on the GPU: creating b evicts a into the pinned host tier.
@@ -149,7 +142,7 @@ TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServer
     EXPECT_GT(Metric(gpu, "manyshot_cache_hits_total", {{"tier", "host"}}), host_before);
     EXPECT_LE(Metric(gpu, "manyshot_cache_bytes", {{"tier", "gpu"}}),
               static_cast<double>(one_task + one_task / 2));
-    StopCleanly(gpu);
+    gpu.StopCleanly();
   }
   unsetenv("MANYSHOT_CUDA_PLUGIN");
 }

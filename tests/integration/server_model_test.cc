@@ -24,13 +24,6 @@ v1::ServerInfo GetInfo(const ServerUnderTest& server) {
   return info;
 }
 
-void StopCleanly(ServerUnderTest& server) {
-  ASSERT_TRUE(server.process().Signal(SIGTERM));
-  auto status = server.process().Wait(kExitLimit);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(*status, 0) << server.Stderr();
-}
-
 // Runs the server to completion with ephemeral ports (it is expected to fail at startup).
 CommandResult RunServer(const fs::path& dir, const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {
@@ -49,7 +42,7 @@ fs::path CopyOfTheDefaultModel(const fs::path& dir) {
     ServerUnderTest server(data, {});
     EXPECT_TRUE(server.started()) << server.Stderr();
     if (!server.started()) return {};
-    StopCleanly(server);
+    server.StopCleanly();
   }
   const fs::path copy = dir / "copy";
   fs::copy(data / "models" / "default-gpt2-tiny", copy);
@@ -100,7 +93,7 @@ TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
               std::string::npos)
         << cli.out;
     EXPECT_NE(server.Stderr().find("RANDOM weights"), std::string::npos) << server.Stderr();
-    StopCleanly(server);
+    server.StopCleanly();
   }
   ASSERT_TRUE(fs::is_regular_file(model_dir / "model.safetensors"));
   ASSERT_TRUE(fs::is_regular_file(model_dir / "manyshot_tiny_model.json"));
@@ -118,7 +111,7 @@ TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
   EXPECT_EQ(fs::last_write_time(model_dir), dir_mtime);
   EXPECT_EQ(fs::last_write_time(model_dir / "model.safetensors"), weights_mtime);
   EXPECT_NE(again.Stderr().find("reusing the default model"), std::string::npos) << again.Stderr();
-  StopCleanly(again);
+  again.StopCleanly();
 }
 
 // The hand-built induction model (make-induction-model) has config.json model_type "llama": the
@@ -147,7 +140,7 @@ TEST(ServerModelTest, InductionModelIsReportedAsHandBuilt) {
             std::string::npos)
       << server.Stderr();
   EXPECT_EQ(server.Stderr().find("RANDOM weights"), std::string::npos) << server.Stderr();
-  StopCleanly(server);
+  server.StopCleanly();
 }
 
 // A marker that does not say what the model is stops the start, naming the file.
@@ -192,7 +185,7 @@ TEST(ServerModelTest, GivenModelDirAndTruncatedWeights) {
     EXPECT_TRUE(m.random_weights());
     EXPECT_EQ(fs::path(m.path()), copy);
     EXPECT_FALSE(fs::exists(dir.path() / "data2" / "models"));
-    StopCleanly(server);
+    server.StopCleanly();
   }
   const fs::path weights = copy / "model.safetensors";
   fs::resize_file(weights, fs::file_size(weights) / 2);

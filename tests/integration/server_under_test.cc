@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
 
 namespace manyshot::testing {
 
@@ -79,6 +81,13 @@ HttpResponse HttpGet(int port, const std::string& path) {
   }
   response.body = raw.substr(header_end + 4);
   return response;
+}
+
+void ServerUnderTest::StopCleanly() {
+  ASSERT_TRUE(process_->Signal(SIGTERM));
+  auto status = process_->Wait(kExitLimit);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0) << Stderr();
 }
 
 }  // namespace manyshot::testing

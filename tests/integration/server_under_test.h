@@ -32,6 +32,8 @@ class ServerUnderTest {
   std::shared_ptr<grpc::Channel> Channel() const;
   Subprocess& process() { return *process_; }
   std::string Stderr() const { return ReadFile(stderr_path_); }
+  // SIGTERM, then expects a clean exit (status 0) within kExitLimit.
+  void StopCleanly();
 
  private:
   std::filesystem::path stderr_path_;

@@ -24,13 +24,6 @@ v1::ModelInfo GetModelInfo(const ServerUnderTest& server) {
   return info.model();
 }
 
-void StopCleanly(ServerUnderTest& server) {
-  ASSERT_TRUE(server.process().Signal(SIGTERM));
-  auto status = server.process().Wait(kExitLimit);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(*status, 0) << server.Stderr();
-}
-
 CommandResult RunServer(const fs::path& dir, const std::string& flag) {
   return RunCommand({ServerBinary(), "--listen_address=127.0.0.1:0",
                      "--metrics_address=127.0.0.1:0", "--data_dir=" + (dir / "data").string(),
@@ -50,7 +43,7 @@ TEST(WeightDtypeFlagTest, Bf16WeightsAreHeldAndReported) {
     EXPECT_EQ(m.weight_dtype(), "f32");  // the default model's checkpoint is f32
     EXPECT_EQ(m.held_weight_dtype(), "f32");
     EXPECT_NE(server.Stderr().find("held as f32"), std::string::npos) << server.Stderr();
-    StopCleanly(server);
+    server.StopCleanly();
   }
   ServerUnderTest narrow(data, {"--threads=1", "--weight_dtype=bf16"});
   ASSERT_TRUE(narrow.started()) << narrow.Stderr();
@@ -63,7 +56,7 @@ TEST(WeightDtypeFlagTest, Bf16WeightsAreHeldAndReported) {
   const std::string narrow_fingerprint = m.fingerprint();
   EXPECT_NE(narrow_fingerprint, wide);
   EXPECT_EQ(narrow_fingerprint.rfind(wide, 0), 0u) << narrow_fingerprint << " vs " << wide;
-  StopCleanly(narrow);
+  narrow.StopCleanly();
 }
 
 TEST(WeightDtypeFlagTest, UnknownNameStopsTheStartNamingTheFlag) {
