@@ -2,6 +2,7 @@
 #include "tests/simt/simt.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -259,12 +260,18 @@ std::string Launch(dim3 grid, dim3 block, size_t dynamic_smem,
       pool.pop_back();
       continue;
     }
-    f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (f.stack == MAP_FAILED) {
+    // The stack, and below it (stacks grow down) an inaccessible page: a kernel frame too large
+    // for the fiber faults there instead of writing over another fiber's stack.
+    const size_t guard = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* base = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
       f.stack = nullptr;
       run.error = "cannot map a fiber stack";
+      continue;
     }
+    mprotect(base, guard, PROT_NONE);
+    f.stack = static_cast<unsigned char*>(base) + guard;
   }
   run.smem_bytes = dynamic_smem;
   run.smem.resize(dynamic_smem + kSmemGuard);

@@ -163,6 +163,17 @@ TEST(SimtTest, CopiesLandingAtIssueExposeARefillWithoutABarrier) {
   EXPECT_EQ(fresh_reads, 1);  // copies at issue: the race shows
 }
 
+// A thread whose frames outgrow its fiber stack faults on the guard page below it.
+__attribute__((noinline)) int Deep(int n) {
+  volatile char frame[4096];
+  frame[0] = static_cast<char>(n);
+  return n == 0 ? frame[0] : Deep(n - 1) + frame[0];
+}
+
+TEST(SimtDeathTest, AThreadThatOverflowsItsStackCrashes) {
+  EXPECT_DEATH((void)simt::Launch(dim3(1), dim3(1), 0, [] { (void)Deep(1000); }), "");
+}
+
 TEST(SimtDeathTest, AnAccessPastADeviceAllocationCrashes) {
   auto* p = static_cast<float*>(simt::DeviceAlloc(40 * sizeof(float)));
   EXPECT_TRUE(std::isnan(p[39]));  // the last element: poison, readable
