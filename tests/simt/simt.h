@@ -59,6 +59,9 @@ struct DeviceProps {
   size_t default_smem = 48 * 1024;  // dynamic shared memory without the opt-in attribute
   size_t max_smem = 227 * 1024;     // largest opt-in per block
   size_t max_param_bytes = 32764;   // kernel parameters (CUDA 12.1+, Volta and later)
+  // The emulated cuBLASLt's heuristic finds no algorithm with the bias epilogue (the real library
+  // has none for some shapes and types), so callers' fallbacks can be tested.
+  bool no_bias_epilogue_algorithm = false;
 };
 DeviceProps& Props();
 

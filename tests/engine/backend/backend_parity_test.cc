@@ -18,6 +18,7 @@
 #include "engine/model/arch_traits.h"
 #include "tests/engine/backend/backend_test_util.h"
 #include "tests/engine/support/golden_models.h"
+#include "tests/simt/simt.h"  // the emulator's knobs (simt-cuda)
 
 namespace manyshot::testing {
 namespace {
@@ -175,6 +176,25 @@ TEST_P(BackendParityTest, LinearBothLayoutsWithAndWithoutBiasAndF32Out) {
       }
     }
   }
+}
+
+// Where cuBLASLt has no kernel with the bias epilogue for a GEMM, Linear adds the bias in a
+// separate pass: on the emulator, whose heuristic can be told to find none (a GPU's library
+// decides for itself, so there the test has nothing to force).
+TEST_P(BackendParityTest, LinearAddsTheBiasApartWhenNoEpilogueKernelExists) {
+  if (!emulated()) GTEST_SKIP() << "only the emulated cuBLASLt can be made to find no kernel";
+  simt::Props().no_bias_epilogue_algorithm = true;
+  const int64_t T = 5, in = 72, outf = 88;  // a shape no other test plans, so a fresh plan
+  const auto x = Values(T * in), w = Values(in * outf, 0.2f), bias = Values(outf);
+  Tensor out = Poisoned(b(), dt(), {T, outf});
+  Tensor ref = Poisoned(cpu(), DType::kF32, {T, outf});
+  b().Linear(Upload(b(), x, dt(), {T, in}), Upload(b(), w, dt(), {outf, in}), WeightLayout::kOutIn,
+             Upload(b(), bias, dt(), {outf}), out);
+  cpu().Linear(Upload(cpu(), x, DType::kF32, {T, in}), Upload(cpu(), w, DType::kF32, {outf, in}),
+               WeightLayout::kOutIn, Upload(cpu(), bias, DType::kF32, {outf}), ref);
+  simt::Props().no_bias_epilogue_algorithm = false;
+  // A 16-bit output is rounded twice on this path (GEMM, then + bias): twice the tolerance.
+  ExpectClose(out, ref, "linear_bias_apart", 2 * tol());
 }
 
 TEST_P(BackendParityTest, RopeAndActivations) {
