@@ -889,9 +889,8 @@ int ChooseSplits(int64_t blocks, int64_t resident, int64_t keys, int bn) {
   return best;
 }
 
-// Per (kernel, device, shared memory): the kernel's dynamic shared-memory limit raised once, to
-// the most any of its launches needs (raised to this launch's size only, a later launch of the
-// same kernel at a larger head_dim would fail), and the occupancy at this launch's size queried
+// Per (kernel, device, shared memory): the kernel's dynamic shared-memory limit raised to the most
+// any of its launches needs (AllowDynamicSmem), and the occupancy at this launch's size queried
 // once (both cost host time worth avoiding on every call of a decoding step).
 struct Capacity {
   cudaError_t error = cudaSuccess;
@@ -913,14 +912,8 @@ Capacity KernelCapacity(const KernelChoice& k) {
     const auto it = cache->find(key);
     if (it != cache->end()) return it->second;
   }
-  if (k.max_smem > 48 * 1024) {
-    cap.error = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(k.max_smem));
-    if (cap.error != cudaSuccess) {
-      (void)cudaGetLastError();  // returned here; not left for the next launch to report
-      return cap;                // not cached: reported on every call
-    }
-  }
+  cap.error = AllowDynamicSmem(k.fn, k.max_smem);
+  if (cap.error != cudaSuccess) return cap;  // not cached: reported on every call
   int sms = 0, per_sm = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, k.smem) ==

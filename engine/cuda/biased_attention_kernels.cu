@@ -16,9 +16,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <set>
-#include <utility>
 
 #include "engine/cuda/attention_device.cuh"
 
@@ -197,30 +194,6 @@ __global__ void __launch_bounds__(kThreads)
 
 using KernelFn = void (*)(BiasedKernelParams);
 
-// Raises the kernel's dynamic shared-memory limit once per (kernel, device) when it needs more
-// than the default 48 KiB (head_dim above 96).
-cudaError_t EnsureSmem(KernelFn fn, size_t smem) {
-  if (smem <= 48 * 1024) return cudaSuccess;
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>>* raised =
-      new std::set<std::pair<const void*, int>>();
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const std::pair<const void*, int> key(reinterpret_cast<const void*>(fn), device);
-  std::lock_guard<std::mutex> lock(mu);
-  if (raised->count(key) != 0) return cudaSuccess;
-  // The largest request (head_dim 256) once, so a smaller one never needs raising again.
-  err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(BiasedSmem(256)));
-  if (err == cudaSuccess) {
-    raised->insert(key);
-  } else {
-    (void)cudaGetLastError();  // returned here; not left for the next launch to report
-  }
-  return err;
-}
-
 bool Valid(const BiasedAttnParams& p) {
   if (p.q == nullptr || p.o == nullptr) return false;
   if (p.heads <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.kv_heads > 65535) {
@@ -282,7 +255,8 @@ cudaError_t LaunchBiasedAttention(const BiasedAttnParams& p, cudaStream_t stream
       break;
   }
   const size_t smem = BiasedSmem(p.head_dim);
-  cudaError_t err = EnsureSmem(fn, smem);
+  // The largest need (head_dim 256), so the limit is raised once for every head_dim.
+  cudaError_t err = AllowDynamicSmem(fn, BiasedSmem(256));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.kv_heads));
   void* args[] = {kp.get()};

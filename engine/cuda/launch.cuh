@@ -12,6 +12,8 @@
 
 #include <array>
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -58,6 +60,42 @@ cudaError_t Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
       },
       params);
   return LaunchResult(cudaLaunchKernel(kernel, grid, block, ptrs.data(), smem, stream));
+}
+
+namespace launch_internal {
+
+// The dynamic shared-memory limit each (kernel, device) has been raised to.
+inline std::mutex& SmemLimitMutex() {
+  static std::mutex mu;
+  return mu;
+}
+inline std::map<std::pair<const void*, int>, size_t>& SmemLimits() {
+  static auto* limits = new std::map<std::pair<const void*, int>, size_t>();
+  return *limits;
+}
+
+}  // namespace launch_internal
+
+// Lets `kernel` launch on the current device with up to `max_bytes` of dynamic shared memory.
+// Above the default 48 KiB the kernel's limit must be raised first (cudaFuncSetAttribute, which
+// costs host time): it is raised when a call needs more than the limit already set for this
+// (kernel, device), never lowered. Callers pass the most any launch of the kernel needs, so it is
+// raised once. A failure is returned (and the runtime's last error taken), never remembered, so
+// every launch that needs the limit reports it.
+template <typename... P>
+cudaError_t AllowDynamicSmem(void (*kernel)(P...), size_t max_bytes) {
+  if (max_bytes <= 48 * 1024) return cudaSuccess;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return LaunchResult(err);
+  const std::pair<const void*, int> key(reinterpret_cast<const void*>(kernel), device);
+  std::lock_guard<std::mutex> lock(launch_internal::SmemLimitMutex());
+  size_t& raised = launch_internal::SmemLimits()[key];
+  if (raised >= max_bytes) return cudaSuccess;
+  err = LaunchResult(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(max_bytes)));
+  if (err == cudaSuccess) raised = max_bytes;
+  return err;
 }
 
 }  // namespace manyshot::cuda

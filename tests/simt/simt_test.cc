@@ -13,6 +13,7 @@
 
 #include "cuda_runtime.h"
 #include "engine/core/dtype.h"
+#include "engine/cuda/launch.cuh"
 #include "tests/simt/ptx_instructions.h"
 
 namespace {
@@ -315,6 +316,34 @@ TEST(SimtTest, LaunchOverTheSharedMemoryLimitFailsUntilTheAttributeIsRaised) {
   EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024),
             cudaErrorInvalidValue);
   (void)cudaGetLastError();
+}
+
+TEST(SimtTest, AllowDynamicSmemRaisesTheLimitToTheLargestNeedAndReportsEveryFailure) {
+  struct P {
+    int x;
+  };
+  static void (*kernel)(P) = [](P) {};
+  P arg{1};
+  void* args[] = {&arg};
+  using manyshot::cuda::AllowDynamicSmem;
+  EXPECT_EQ(AllowDynamicSmem(kernel, 40 * 1024), cudaSuccess);  // under the default: no change
+  EXPECT_EQ(cudaLaunchKernel(kernel, dim3(1), dim3(32), args, 64 * 1024, nullptr),
+            cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  EXPECT_EQ(AllowDynamicSmem(kernel, 64 * 1024), cudaSuccess);
+  EXPECT_EQ(cudaLaunchKernel(kernel, dim3(1), dim3(32), args, 64 * 1024, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaLaunchKernel(kernel, dim3(1), dim3(32), args, 100 * 1024, nullptr),
+            cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  // A larger need raises it again; a smaller one afterwards does not lower it.
+  EXPECT_EQ(AllowDynamicSmem(kernel, 100 * 1024), cudaSuccess);
+  EXPECT_EQ(AllowDynamicSmem(kernel, 50 * 1024), cudaSuccess);
+  EXPECT_EQ(cudaLaunchKernel(kernel, dim3(1), dim3(32), args, 100 * 1024, nullptr), cudaSuccess);
+  // Over the hardware's 227 KiB: an error each time, and none left for the next call to report.
+  EXPECT_EQ(AllowDynamicSmem(kernel, 300 * 1024), cudaErrorInvalidValue);
+  EXPECT_EQ(AllowDynamicSmem(kernel, 300 * 1024), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaLaunchKernel(kernel, dim3(1), dim3(32), args, 100 * 1024, nullptr), cudaSuccess);
 }
 
 }  // namespace
