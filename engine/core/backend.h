@@ -17,9 +17,11 @@
 // Concurrency. A backend may be used from several host threads at once (the server encodes tasks
 // on one thread while its scheduler runs query batches on another). Each host thread has its own
 // stream of work (the CUDA backend: one cudaStream_t, cuBLASLt workspace and error per thread) and
-// its own sticky error, so encoding and query batches never race on one stream. Tensors handed
-// from one thread to another (an encoded context) must be complete: the producing thread
-// synchronizes before publishing them, as every Transformer::Forward does.
+// its own sticky error, so encoding and query batches never race on one stream. (The CUDA
+// backend's stream and workspace are leased to a thread for its lifetime and serve a later thread
+// after it ends, so they number at most the threads that use the device at the same time.)
+// Tensors handed from one thread to another (an encoded context) must be complete: the producing
+// thread synchronizes before publishing them, as every Transformer::Forward does.
 //
 // Dtypes. Activations and weights use one compute dtype per model (f32 on the CPU; bf16 or f16
 // on the GPU with f32 accumulation), K/V may use another (the KV dtype), index arguments are

@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,14 +55,29 @@ size_t RoundAllocation(size_t bytes) {
 
 int64_t LastDim(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(t.rank() - 1); }
 
-// Per-thread one-entry cache of the last context's state, so most calls skip the mutex. Context
-// ids are never reused, so a matching id means the cached state belongs to the live context
-// whose method is running.
-struct StateCache {
+// The calling thread's leases, one per DeviceContext it has used (DeviceContext::State), given
+// back when the thread ends. Context ids are never reused, so a lease with the running context's
+// id is that context's (a context's methods never run after it is destroyed).
+struct Lease {
   uint64_t context_id = 0;
+  std::weak_ptr<DeviceContext> context;
   ThreadState* state = nullptr;
 };
-thread_local StateCache tls_state_cache;
+// Set when the thread's leases have been given back (trivially destructible, so it can still be
+// read by what runs after: the destructors of statics and other thread_locals may free tensors).
+thread_local bool tls_leases_given_back = false;
+struct ThreadLeases {
+  ~ThreadLeases() {
+    for (const Lease& lease : leases) {
+      if (std::shared_ptr<DeviceContext> context = lease.context.lock()) {
+        context->Return(lease.state);
+      }
+    }
+    tls_leases_given_back = true;
+  }
+  std::vector<Lease> leases;
+};
+thread_local ThreadLeases tls_leases;
 
 std::atomic<uint64_t> next_context_id{1};
 
@@ -287,6 +305,7 @@ absl::Status GemmPlan::Run(cublasLtHandle_t handle, const void* x, const void* w
 ThreadState::~ThreadState() {
   if (stream != nullptr) (void)cudaStreamSynchronize(stream);
   plans.clear();
+  plan_lru.clear();
   if (lt != nullptr) cublasLtDestroy(lt);
   if (workspace != nullptr) (void)cudaFree(workspace);
   if (stream != nullptr) (void)cudaStreamDestroy(stream);
@@ -312,14 +331,21 @@ absl::Status ThreadState::EnsureGemm() {
 
 absl::StatusOr<GemmPlan*> ThreadState::Plan(const GemmKey& key, const void* bias) {
   auto it = plans.find(key);
-  if (it != plans.end()) return it->second.get();
+  if (it != plans.end()) {
+    plan_lru.splice(plan_lru.begin(), plan_lru, it->second);  // now the most recently used
+    return it->second->second.get();
+  }
   absl::Status s = EnsureGemm();
   if (!s.ok()) return s;
   absl::StatusOr<std::unique_ptr<GemmPlan>> plan = GemmPlan::Create(lt, key, bias);
   if (!plan.ok()) return plan.status();
-  GemmPlan* raw = plan->get();
-  plans.emplace(key, *std::move(plan));
-  return raw;
+  plan_lru.emplace_front(key, *std::move(plan));
+  plans.emplace(key, plan_lru.begin());
+  if (plan_lru.size() > kMaxPlans) {
+    plans.erase(plan_lru.back().first);
+    plan_lru.pop_back();
+  }
+  return plan_lru.front().second.get();
 }
 
 DeviceContext::DeviceContext(int device) : device_(device), id_(next_context_id.fetch_add(1)) {}
@@ -333,20 +359,45 @@ absl::StatusOr<ThreadState*> DeviceContext::State() {
   // Every call: the calling thread may be new, or may have used another device since.
   absl::Status s = CudaCheck("cudaSetDevice", cudaSetDevice(device_));
   if (!s.ok()) return s;
-  StateCache& cache = tls_state_cache;
-  if (cache.context_id == id_) return cache.state;
-  const std::thread::id thread = std::this_thread::get_id();
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = states_.find(thread);
-  if (it == states_.end()) {
-    auto state = std::make_unique<ThreadState>(device_);
-    s = CudaCheck("cudaStreamCreateWithFlags",
-                  cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
-    if (!s.ok()) return s;
-    it = states_.emplace(thread, std::move(state)).first;
+  if (tls_leases_given_back) {
+    // The thread is ending (or the process exiting) and gave its state back; Free falls back to
+    // a device-wide synchronization.
+    return absl::FailedPreconditionError("cuda: called on a thread that is ending");
   }
-  cache = {id_, it->second.get()};
-  return it->second.get();
+  std::vector<Lease>& leases = tls_leases.leases;
+  for (const Lease& lease : leases) {
+    if (lease.context_id == id_) return lease.state;
+  }
+  ThreadState* state = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      state = idle_.back();
+      idle_.pop_back();
+    }
+  }
+  if (state == nullptr) {
+    auto fresh = std::make_unique<ThreadState>(device_);
+    s = CudaCheck("cudaStreamCreateWithFlags",
+                  cudaStreamCreateWithFlags(&fresh->stream, cudaStreamNonBlocking));
+    if (!s.ok()) return s;
+    state = fresh.get();
+    std::lock_guard<std::mutex> lock(mutex_);
+    states_.push_back(std::move(fresh));
+  }
+  std::erase_if(leases, [](const Lease& lease) { return lease.context.expired(); });
+  leases.push_back({id_, weak_from_this(), state});
+  return state;
+}
+
+void DeviceContext::Return(ThreadState* state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(state);
+}
+
+size_t DeviceContext::thread_states() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return states_.size();
 }
 
 void DeviceContext::Free(void* p) {
@@ -355,8 +406,9 @@ void DeviceContext::Free(void* p) {
     if (cudaFreeAsync(p, (*state)->stream) != cudaSuccess) (void)cudaGetLastError();
     return;
   }
-  // No stream for this thread (creating one failed): wait for all work on the device, since the
-  // legacy stream does not order against our non-blocking streams, then free on it.
+  // No stream for this thread (creating one failed, or the thread is ending and gave it back):
+  // wait for all work on the device, since the legacy stream does not order against our
+  // non-blocking streams, then free on it.
   if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
   if (cudaFreeAsync(p, nullptr) != cudaSuccess) (void)cudaGetLastError();
 }

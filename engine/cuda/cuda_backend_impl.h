@@ -8,11 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 #include "absl/strings/string_view.h"
 
@@ -98,9 +99,16 @@ class GemmPlan {
   bool bias_in_epilogue_ = false;
 };
 
-// What one host thread uses on one device. Touched only by its own thread after creation (and by
-// the DeviceContext that owns it, when destroyed).
+// What one host thread uses on one device: leased to a thread for its lifetime, then returned to
+// its DeviceContext for the next thread (DeviceContext::State). Touched only by the thread that
+// holds it (and by the DeviceContext that owns it, when destroyed).
 struct ThreadState {
+  // GEMM plans kept per thread. The row count is part of a plan's key and varies with every
+  // batch shape, so an unbounded cache would grow for as long as a server sees new batch sizes;
+  // the least recently used plan beyond this many is destroyed (a GEMM it enqueued is unaffected:
+  // cuBLASLt reads the descriptors when the call is made).
+  static constexpr size_t kMaxPlans = 256;
+
   explicit ThreadState(int device_index) : device(device_index) {}
   ~ThreadState();
   ThreadState(const ThreadState&) = delete;
@@ -109,19 +117,30 @@ struct ThreadState {
   // The cuBLASLt handle and workspace, created on first use (a thread that only frees buffers
   // never needs them).
   absl::Status EnsureGemm();
-  // The cached plan for `key` (created by the heuristic on first use).
+  // The cached plan for `key` (created by the heuristic on first use); valid until the next call.
   absl::StatusOr<GemmPlan*> Plan(const GemmKey& key, const void* bias);
+  size_t plan_count() const { return plans.size(); }
 
   int device;
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
-  std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
+
+ private:
+  using PlanList = std::list<std::pair<GemmKey, std::unique_ptr<GemmPlan>>>;
+  PlanList plan_lru;  // most recently used first
+  std::unordered_map<GemmKey, PlanList::iterator, GemmKeyHash> plans;
 };
 
 // Per-device state shared by the backend and by every buffer it allocated (their deleters hold a
 // reference), so a buffer released after the backend still frees into a live stream.
-class DeviceContext {
+//
+// Each host thread that calls into the backend leases a ThreadState (its stream, cuBLASLt handle
+// and 32 MiB workspace) on its first call and gives it back when the thread ends, so the states
+// number at most the threads that used the device at the same time, however many come and go
+// (the server runs every CreateTask on a thread of its own). A returned state keeps its stream:
+// work a finished thread left queued still runs before the next holder's.
+class DeviceContext : public std::enable_shared_from_this<DeviceContext> {
  public:
   explicit DeviceContext(int device);
   ~DeviceContext();
@@ -129,16 +148,22 @@ class DeviceContext {
   DeviceContext& operator=(const DeviceContext&) = delete;
 
   int device() const { return device_; }
-  // cudaSetDevice, then the calling thread's state (created with its stream on first use).
+  // cudaSetDevice, then the calling thread's state (leased on its first call).
   absl::StatusOr<ThreadState*> State();
   // Stream-ordered free on the calling thread's stream; errors cannot be reported from a deleter.
   void Free(void* p);
+  // States created so far (held by threads or idle), for tests.
+  size_t thread_states();
+
+  // Called when a thread that holds `state` ends.
+  void Return(ThreadState* state);
 
  private:
   const int device_;
-  const uint64_t id_;  // unique per context, for the calling thread's one-entry lookup cache
+  const uint64_t id_;  // unique per context: the key of the calling thread's leases
   std::mutex mutex_;
-  std::unordered_map<std::thread::id, std::unique_ptr<ThreadState>> states_;
+  std::vector<std::unique_ptr<ThreadState>> states_;  // every state, held or idle
+  std::vector<ThreadState*> idle_;                    // returned by threads that ended
 };
 
 }  // namespace cuda_internal
