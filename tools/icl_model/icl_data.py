@@ -9,6 +9,8 @@ import os
 
 import numpy as np
 
+from file_hash import sha256_file
+
 TRAIN, HELDOUT = 0, 1
 SST2_TRAIN, SST2_DEV, SST2_TEST = 0, 1, 2
 
@@ -24,8 +26,7 @@ class IclData:
         if verify:
             for name, info in self.index["files"].items():
                 path = os.path.join(data_dir, name)
-                with open(path, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
+                digest = sha256_file(path)
                 if digest != info["sha256"]:
                     raise ValueError(f"{path}: sha256 {digest} differs from index.json's "
                                      f"{info['sha256']} (re-run prepare_data.py and copy again)")

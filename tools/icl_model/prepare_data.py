@@ -33,7 +33,6 @@ checks the equality on a sample with the tokenize binary and fails if it does no
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -45,20 +44,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import datasets as ds  # noqa: E402
+from file_hash import sha256_file  # noqa: E402
 import gpt2_tokens  # noqa: E402
 
 FORMAT_VERSION = 1
 BOS = 50256  # GPT-2's <|endoftext|>: the server's bos, also the padding of short episodes
 SEPARATOR = "\n\n"
 EVAL_WORDS = ["Negative", "Positive"]  # sst2_cbu's label words (class 0, class 1)
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_word_list(path):

@@ -31,7 +31,6 @@ run). The training loop itself has never run yet: it needs a GPU session.
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -45,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import episodes  # noqa: E402
 import export_hf  # noqa: E402
+from file_hash import sha256_file  # noqa: E402
 import icl_data  # noqa: E402
 import sst2_eval  # noqa: E402
 
@@ -424,14 +424,6 @@ def probe_determinism(torch, trainer, probe_batch):
     g1 = trainer.gradients(probe_batch)
     g2 = trainer.gradients(probe_batch)
     return all(torch.equal(a, b) for a, b in zip(g1, g2))
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_json(path, obj):

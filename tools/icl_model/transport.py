@@ -13,23 +13,17 @@ Needed because a safetensors shard never splits a tensor, and GPT-2's token embe
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
 import shutil
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from file_hash import sha256_file  # noqa: E402
+
 PART = re.compile(r"^(?P<name>.+)\.part(?P<i>\d+)of(?P<k>\d+)$")
 DEFAULT_PART_BYTES = 15 * 2**20
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def split_dir(src, dst, part_bytes=DEFAULT_PART_BYTES, skip=()):

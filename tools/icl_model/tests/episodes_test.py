@@ -15,13 +15,14 @@
         --tokenizer_dir=/usr/local/share/manyshot/gpt2 --datasets_dir=../shared/datasets
 """
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import unittest
+
+import dataset_test_main  # tests/, the script's own folder
 
 import numpy as np
 
@@ -224,17 +225,10 @@ class TrainScriptTest(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tokenize", required=True)
-    ap.add_argument("--tokenizer_dir", default="/usr/local/share/manyshot/gpt2")
-    ap.add_argument("--datasets_dir", required=True)
-    ARGS, rest = ap.parse_known_args()
-    if not os.path.isdir(os.path.join(ARGS.datasets_dir, "sst2_cbu")):
-        print(f"SKIPPED: no datasets in {ARGS.datasets_dir}")
-        return 77
-    result = unittest.main(argv=[sys.argv[0]] + rest, exit=False).result
-    return 0 if result.wasSuccessful() else 1
+    def set_args(args):
+        global ARGS
+        ARGS = args
+    return dataset_test_main.run(set_args)
 
 
 if __name__ == "__main__":

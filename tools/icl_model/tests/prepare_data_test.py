@@ -18,7 +18,6 @@
 Exit 77 (skipped) when the datasets folder is missing.
 """
 
-import argparse
 import filecmp
 import json
 import os
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import time
 import unittest
+
+import dataset_test_main  # tests/, the script's own folder
 
 import numpy as np
 
@@ -162,17 +163,10 @@ class PrepareDataTest(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tokenize", required=True)
-    ap.add_argument("--tokenizer_dir", default="/usr/local/share/manyshot/gpt2")
-    ap.add_argument("--datasets_dir", required=True)
-    ARGS, rest = ap.parse_known_args()
-    if not os.path.isdir(os.path.join(ARGS.datasets_dir, "sst2_cbu")):
-        print(f"SKIPPED: no datasets in {ARGS.datasets_dir}")
-        return 77
-    result = unittest.main(argv=[sys.argv[0]] + rest, exit=False).result
-    return 0 if result.wasSuccessful() else 1
+    def set_args(args):
+        global ARGS
+        ARGS = args
+    return dataset_test_main.run(set_args)
 
 
 if __name__ == "__main__":
