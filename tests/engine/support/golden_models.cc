@@ -100,29 +100,33 @@ const Transformer& GoldenModel(const std::string& name) {
 
 Backend* NamedTestBackend(const std::string& backend, std::string* why_not) {
   if (backend == "cpu") return &TestBackend();
+  // The CUDA backends (and the models on them, GoldenModelOn) are never destroyed: the CUDA
+  // runtime tears itself down in an exit handler of its own, registered when the backend is
+  // created, so a backend destroyed by a static's destructor after it would call into a runtime
+  // that is gone (on the emulator that was a double free at exit, after every test had passed).
   if (backend == "simt-cuda") {
     // The CUDA backend's own code on the SIMT emulator (tests/simt): runs everywhere.
-    static std::unique_ptr<Backend> emulated = [] {
+    static Backend* emulated = [] {
       auto created = CreateCudaBackend(0);
       EXPECT_TRUE(created.ok()) << created.status();
-      return created.ok() ? *std::move(created) : nullptr;
+      return created.ok() ? created->release() : nullptr;
     }();
     if (why_not) *why_not = "the emulated CUDA backend could not be created";
-    return emulated.get();
+    return emulated;
   }
-  static std::unique_ptr<Backend> cuda;
+  static Backend* cuda = nullptr;
   static std::string cuda_error;
   static std::once_flag once;
   std::call_once(once, [] {
     auto created = CreateBackend(BackendKind::kCuda, 0, 0);
     if (created.ok()) {
-      cuda = *std::move(created);
+      cuda = created->release();
     } else {
       cuda_error = std::string(created.status().message());
     }
   });
   if (why_not) *why_not = cuda_error;
-  return cuda.get();
+  return cuda;
 }
 
 std::string BackendTestName(const ::testing::TestParamInfo<std::string>& info) {
@@ -133,10 +137,11 @@ std::string BackendTestName(const ::testing::TestParamInfo<std::string>& info) {
 
 const Transformer& GoldenModelOn(const std::string& name, const std::string& backend) {
   if (backend == "cpu") return GoldenModel(name);
-  static std::map<std::string, std::unique_ptr<Transformer>> models;
+  // Never destroyed, like the backends they live on (NamedTestBackend).
+  static auto* models = new std::map<std::string, std::unique_ptr<Transformer>>();
   auto dir = GoldenModelDir(name);
   std::lock_guard<std::mutex> lock(Mutex());
-  auto& slot = models[name + "@" + backend];
+  auto& slot = (*models)[name + "@" + backend];
   if (!slot) {
     Backend* b = NamedTestBackend(backend, nullptr);
     EXPECT_NE(b, nullptr);
