@@ -206,6 +206,7 @@ struct References {
 
 int RunAttentionBench(const BenchOptions& options) {
   Report report("attention", options.json);
+  report.EchoToStderr();  // minutes on a GPU machine whose run may be cut off by a time limit
 
   // The backend: as asked, else CUDA when a GPU can be used, else the CPU.
   std::string why;

@@ -35,11 +35,13 @@ void Report::Add(const std::string& name, double value, const std::string& unit)
   char buf[256];
   std::snprintf(buf, sizeof(buf), "%-44s %14.4f %s", name.c_str(), value, unit.c_str());
   lines_.push_back(buf);
+  if (echo_) std::fprintf(stderr, "%s\n", buf);
 }
 
 void Report::AddText(const std::string& name, const std::string& value) {
   figures_[name] = value;
   lines_.push_back(name + std::string(name.size() < 44 ? 45 - name.size() : 1, ' ') + value);
+  if (echo_) std::fprintf(stderr, "%s\n", lines_.back().c_str());
 }
 
 void Report::AddJson(const std::string& name, nlohmann::ordered_json value) {

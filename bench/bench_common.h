@@ -30,9 +30,13 @@ class Report {
   // A structured figure (e.g. a time series) for --json only; the text output prints its own.
   void AddJson(const std::string& name, nlohmann::ordered_json value);
   void Print() const;
+  // Also writes each figure to stderr as it is added, so a run stopped before Print() (a time
+  // limit on a GPU machine) still leaves the figures it reached.
+  void EchoToStderr() { echo_ = true; }
 
  private:
   bool json_;
+  bool echo_ = false;
   nlohmann::ordered_json figures_;
   std::vector<std::string> lines_;
 };

@@ -173,6 +173,7 @@ absl::StatusOr<StoreAndRestoreFigures> StoreAndRestore(
 
 int RunCacheBench(const BenchOptions& options) {
   Report report("cache", options.json);
+  report.EchoToStderr();  // a run cut off by a time limit still leaves the figures it reached
   report.Add("threads", options.threads);
   auto tokenizer = LoadTokenizer(options.tokenizer_dir);
   if (!tokenizer.ok()) return Fail("tokenizer", tokenizer.status());

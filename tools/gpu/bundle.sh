@@ -4,10 +4,15 @@
 # glibc/libstdc++ and CUDA's own, the GPT-2 tokenizer files and the SST-2 data. The GPU machine has
 # nvcc, the CUDA libraries and python3 with torch, but none of gRPC, RocksDB, abseil or OpenBLAS.
 #
-#   tools/gpu/bundle.sh BUILD_DIR OUT_DIR        then run tools/gpu/run_checks.sh OUT_DIR there
+#   tools/gpu/bundle.sh BUILD_DIR OUT_DIR [ARCHIVE]    then run tools/gpu/run_checks.sh OUT_DIR there
+#
+# The bundle is ~117 MB; a device run carries at most 64 MiB with the working tree, so ARCHIVE
+# (e.g. .gpu/bundle.tar.xz, ~26 MB; .gpu/ is git-ignored) packs it with xz for the trip, and
+# tools/gpu/session.sh unpacks it there.
 set -euo pipefail
 build=${1:?build dir}
 out=${2:?output dir}
+archive=${3:-}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/gpt2" "$out/shared/datasets"
@@ -29,3 +34,11 @@ cp -r "$root/../shared/datasets/sst2_cbu" "$out/shared/datasets/" 2>/dev/null ||
 cp "$root/tools/gpu/run_checks.sh" "$out/"
 cp "$root/bench/torch_peer.py" "$out/" 2>/dev/null || true
 du -sh "$out"
+if [ -n "$archive" ]; then
+  mkdir -p "$(dirname "$archive")"
+  # Its top folder is always bundle/, whatever OUT_DIR was called.
+  tar -C "$(dirname "$out")" --transform "s,^$(basename "$out"),bundle," -cf - "$(basename "$out")" |
+    xz -6 -T2 >"$archive.partial"
+  mv "$archive.partial" "$archive"
+  ls -l "$archive"
+fi
