@@ -6,9 +6,8 @@ import sys
 import unittest
 
 
-def run(set_args):
-    """Parses the flags, hands them to the test module (set_args), runs its tests; returns the
-    exit status."""
+def run(test_module):
+    """Parses the flags into test_module.ARGS, runs the module's tests; returns the exit status."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenize", required=True)
     ap.add_argument("--tokenizer_dir", default="/usr/local/share/manyshot/gpt2")
@@ -17,6 +16,6 @@ def run(set_args):
     if not os.path.isdir(os.path.join(args.datasets_dir, "sst2_cbu")):
         print(f"SKIPPED: no datasets in {args.datasets_dir}")
         return 77
-    set_args(args)
+    test_module.ARGS = args
     result = unittest.main(argv=[sys.argv[0]] + rest, exit=False).result
     return 0 if result.wasSuccessful() else 1

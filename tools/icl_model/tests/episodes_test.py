@@ -224,12 +224,5 @@ class TrainScriptTest(unittest.TestCase):
         self.assertGreater(train.lr_at(300, 1000, args), train.lr_at(600, 1000, args))
 
 
-def main():
-    def set_args(args):
-        global ARGS
-        ARGS = args
-    return dataset_test_main.run(set_args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dataset_test_main.run(sys.modules[__name__]))

@@ -162,12 +162,5 @@ class PrepareDataTest(unittest.TestCase):
         self.assertTrue(text.startswith("Sentence: ") and text.endswith("\nLabel:"), text)
 
 
-def main():
-    def set_args(args):
-        global ARGS
-        ARGS = args
-    return dataset_test_main.run(set_args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dataset_test_main.run(sys.modules[__name__]))
