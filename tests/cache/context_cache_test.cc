@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "cache/blob_format.h"
@@ -24,13 +25,17 @@ using ::testing::HasSubstr;
 // One layer pair = 2 * 300 * 2 * 16 * 4 = 76800 bytes per layer; with 4 KB chunks, many chunks.
 constexpr int64_t kLayers = 2, kTokens = 300, kHeads = 2, kDim = 16;
 
-// On the CPU backend and on the CUDA backend's code over the SIMT emulator ("simt-cuda", whose
-// restores go through pinned staging into device memory).
+// On the CPU backend, on the CUDA backend's code over the SIMT emulator ("simt-cuda", whose
+// restores go through pinned staging into device memory), and on a GPU ("cuda").
 class ContextCacheTest : public ::testing::TestWithParam<std::string> {
  protected:
   Backend& backend() { return *NamedTestBackend(GetParam(), nullptr); }
   void SetUp() override {
     dir_ = FreshTempDir("cc");
+    std::string why;
+    if (NamedTestBackend(GetParam(), &why) == nullptr) {
+      GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << why;
+    }
     options_.chunk_bytes = 4096;
     options_.log = [this](LogLevel, const std::string& m) { log_.push_back(m); };
   }
@@ -436,6 +441,8 @@ TEST_P(ContextCacheTest, ConcurrentAcquiresOfOneKeyEncodeOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ContextCacheTest, ::testing::Values("cpu", "simt-cuda"),
                          BackendTestName);
+// On a GPU (ctest label gpu; SKIPPED where none can be used): restores into device memory.
+INSTANTIATE_TEST_SUITE_P(Cuda, ContextCacheTest, ::testing::Values("cuda"), BackendTestName);
 
 }  // namespace
 }  // namespace manyshot::testing

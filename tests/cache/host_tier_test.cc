@@ -1,8 +1,10 @@
 // The pinned host tier between the memory tier and RocksDB: a context evicted from memory is kept
 // in host memory and comes back bit-exact without a RocksDB read; its own LRU budget; deletes
-// reach it. Runs on the CPU backend and on the CUDA backend's code over the SIMT emulator
-// ("simt-cuda": device memory <-> pinned host buffers, as on a GPU).
+// reach it. Runs on the CPU backend, on the CUDA backend's code over the SIMT emulator
+// ("simt-cuda": device memory <-> pinned host buffers, as on a GPU) and on a GPU ("cuda").
 #include "cache/host_tier.h"
+
+#include <string>
 
 #include "cache/context_cache.h"
 #include "cache/memory_tier.h"
@@ -17,6 +19,12 @@ constexpr int64_t kLayers = 2, kTokens = 100, kHeads = 2, kDim = 16;
 
 class HostTierTest : public ::testing::TestWithParam<std::string> {
  protected:
+  void SetUp() override {
+    std::string why;
+    if (NamedTestBackend(GetParam(), &why) == nullptr) {
+      GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << why;
+    }
+  }
   Backend& backend() { return *NamedTestBackend(GetParam(), nullptr); }
   EncodedContext Synthetic(uint64_t seed) {
     return SyntheticContext(backend(), seed, kLayers, kTokens, kHeads, kDim);
@@ -85,6 +93,8 @@ TEST_P(HostTierTest, AContextEvictedFromMemoryComesBackFromHostNotFromDisk) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, HostTierTest, ::testing::Values("cpu", "simt-cuda"),
                          BackendTestName);
+// On a GPU (ctest label gpu; SKIPPED where none can be used): copies from device memory.
+INSTANTIATE_TEST_SUITE_P(Cuda, HostTierTest, ::testing::Values("cuda"), BackendTestName);
 
 }  // namespace
 }  // namespace manyshot::testing

@@ -19,7 +19,7 @@ mkdir -p /work /usr/local/share/manyshot
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/gpu.txt"
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  for t in backend_tests transformer_tests prompting_tests t5_tests; do
+  for t in backend_tests transformer_tests prompting_tests t5_tests cache_tests; do
     "$bundle/bin/$t" --gtest_filter='Cuda*' --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
