@@ -25,6 +25,24 @@ left() { echo $((budget - ($(date +%s) - start))); }
 logs="$out/logs"
 mkdir -p "$logs"
 say() { echo "== [$(($(date +%s) - start))s] $*" | tee -a "$logs/session.log"; }
+# xz_tar x ARCHIVE DIR | xz_tar c ARCHIVE DIR NAME: tar with xz, or Python's tarfile where the
+# machine has no xz (the GPU image's python3 always has it).
+xz_tar() {
+  if command -v xz >/dev/null; then
+    if [ "$1" = x ]; then tar -C "$3" -xJf "$2"; else tar -C "$3" -cJf "$2" "$4"; fi
+  else
+    python3 - "$@" <<'PY'
+import os, sys, tarfile
+mode, archive, folder = sys.argv[1:4]
+if mode == "x":
+    with tarfile.open(archive, "r:xz") as t:
+        t.extractall(folder)
+else:
+    with tarfile.open(archive, "w:xz") as t:
+        t.add(os.path.join(folder, sys.argv[4]), arcname=sys.argv[4])
+PY
+  fi
+}
 status=0
 
 say "session.sh $what, budget ${budget}s, commit ${COMMIT:-unknown}"
@@ -43,7 +61,7 @@ bundle=
 if [ "$what" != train ]; then
   if [ -f .gpu/bundle.tar.xz ]; then
     rm -rf /tmp/manyshot-gpu && mkdir -p /tmp/manyshot-gpu
-    tar -C /tmp/manyshot-gpu -xJf .gpu/bundle.tar.xz && bundle=/tmp/manyshot-gpu/bundle
+    xz_tar x .gpu/bundle.tar.xz /tmp/manyshot-gpu && bundle=/tmp/manyshot-gpu/bundle
     say "bundle unpacked: $(du -sh /tmp/manyshot-gpu | cut -f1)"
   else
     say "no .gpu/bundle.tar.xz: make it with tools/gpu/bundle.sh and carry .gpu"
@@ -82,6 +100,6 @@ if [ -n "$bundle" ]; then
 fi
 
 say "exit status $status; packing the logs"
-tar -C "$out" -cJf "$out/results.tar.xz" logs && rm -rf "$logs"
+xz_tar c "$out/results.tar.xz" "$out" logs && rm -rf "$logs"
 find "$out" -type f -printf '%s %P\n' | sort -k2
 exit $status
