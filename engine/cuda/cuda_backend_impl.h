@@ -33,6 +33,9 @@ inline absl::Status CudaCheck(absl::string_view op, cudaError_t error) {
   return error == cudaSuccess ? absl::OkStatus() : CudaError(op, error);
 }
 
+// INTERNAL "cublasLt <op>: status <n> (<detail>)".
+absl::Status CublasError(absl::string_view op, cublasStatus_t status, absl::string_view detail);
+
 cuda::ElemType ElemTypeOf(DType dtype);  // float dtypes only
 cudaDataType_t CudaDataTypeOf(DType dtype);
 

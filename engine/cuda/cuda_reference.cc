@@ -198,10 +198,7 @@ absl::StatusOr<double> MeasureGemmFlopsPerSecond(int device, int64_t m, int64_t 
 
   cublasLtHandle_t lt = nullptr;
   const cublasStatus_t cs = cublasLtCreate(&lt);
-  if (cs != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(
-        absl::StrCat("cublasLt cublasLtCreate: status ", static_cast<int>(cs)));
-  }
+  if (cs != CUBLAS_STATUS_SUCCESS) return cuda_internal::CublasError("cublasLtCreate", cs, "");
   res.Defer([lt] { cublasLtDestroy(lt); });
   cuda_internal::GemmKey key;
   key.rows = n;

@@ -1,0 +1,225 @@
+// cuBLASLt GEMM plans (cuda_backend_impl.h: GemmKey, GemmPlan): descriptors, layouts and the
+// heuristic's algorithm for one row-major GEMM shape, and running it. In a file of its own so that
+// a test can build it against the real cuBLASLt without the rest of the backend.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/cuda/cuda_backend_impl.h"
+
+namespace manyshot {
+namespace cuda_internal {
+
+absl::Status CublasError(absl::string_view op, cublasStatus_t status, absl::string_view detail) {
+  return absl::InternalError(absl::StrCat("cublasLt ", op, ": status ", static_cast<int>(status),
+                                          detail.empty() ? "" : " (", detail,
+                                          detail.empty() ? "" : ")"));
+}
+
+cudaDataType_t CudaDataTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kI32:
+      return CUDA_R_32I;
+    case DType::kF32:
+      break;
+  }
+  return CUDA_R_32F;
+}
+
+uint32_t PointerAlignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a == 0) return 256;
+  return static_cast<uint32_t>(std::min<uintptr_t>(256, a & (~a + 1)));
+}
+
+std::string GemmKey::ToString() const {
+  const std::string x_type(DTypeName(in_type));
+  const std::string y_type(DTypeName(out_type));
+  const std::string w = layout == WeightLayout::kOutIn ? absl::StrFormat("W[%d,%d]^T", out, in)
+                                                       : absl::StrFormat("W[%d,%d]", in, out);
+  return absl::StrFormat("y[%d,%d] %s = x[%d,%d] %s * %s %s%s, alignment x/w/y %u/%u/%u%s", rows,
+                         out, y_type, rows, in, x_type, w, x_type,
+                         bias ? absl::StrFormat(" + bias[%d] %s", out, x_type) : "", align_x,
+                         align_w, align_y, bias ? absl::StrFormat("/bias %u", align_bias) : "");
+}
+
+size_t GemmKeyHash::operator()(const GemmKey& k) const {
+  size_t h = std::hash<int64_t>()(k.rows);
+  auto mix = [&h](uint64_t v) {
+    h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  };
+  mix(static_cast<uint64_t>(k.in));
+  mix(static_cast<uint64_t>(k.out));
+  mix(static_cast<uint64_t>(k.in_type) | static_cast<uint64_t>(k.out_type) << 8 |
+      static_cast<uint64_t>(k.layout) << 16);
+  mix(static_cast<uint64_t>(k.align_x) | static_cast<uint64_t>(k.align_w) << 16 |
+      static_cast<uint64_t>(k.align_y) << 32 | static_cast<uint64_t>(k.align_bias) << 48);
+  mix(k.bias ? 1 : 0);
+  return h;
+}
+
+// Row-major y = x op(W) as a column-major cuBLASLt problem: row-major y [rows, out] is
+// column-major y^T [out, rows], so we compute D = y^T (m = out, n = rows, k = in) as
+//   kOutIn: y^T = W x^T, where row-major W [out, in] is the column-major [in, out] matrix W^T
+//           (ld in): A = that matrix with TRANSA = T;
+//   kInOut: y^T = W^T x^T, where row-major W [in, out] is the column-major [out, in] matrix W^T
+//           (ld out): A = that matrix, TRANSA = N;
+// and B = x^T, row-major x [rows, in] read as column-major [in, rows] (ld in), TRANSB = N.
+absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Create(cublasLtHandle_t handle,
+                                                           const GemmKey& key, const void* bias) {
+  // The bias epilogue adds the bias in f32 before the output is rounded (one rounding, as against
+  // two for a separate pass into a 16-bit output). Its bias vector has the output's dtype, so it
+  // is used only when the bias has that dtype; for f32 output from 16-bit inputs a separate f32
+  // pass rounds only once anyway. The heuristic takes no alignment preference for the bias, and
+  // the epilogue's kernels read it in vectors (others saw misaligned-address faults below 16
+  // bytes), so a bias that is not 16-byte aligned (a view into a larger tensor) is added apart.
+  if (key.bias && key.in_type == key.out_type && key.align_bias >= 16) {
+    bool no_algorithm = false;
+    absl::StatusOr<std::unique_ptr<GemmPlan>> plan =
+        Build(handle, key, bias, /*bias_epilogue=*/true, &no_algorithm);
+    if (plan.ok() || !no_algorithm) return plan;
+    // No kernel for this shape with the epilogue: the caller adds the bias.
+  }
+  bool no_algorithm = false;
+  return Build(handle, key, nullptr, /*bias_epilogue=*/false, &no_algorithm);
+}
+
+absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Build(cublasLtHandle_t handle,
+                                                          const GemmKey& key, const void* bias,
+                                                          bool bias_epilogue, bool* no_algorithm) {
+  std::unique_ptr<GemmPlan> plan(new GemmPlan());
+  plan->key_ = key;
+  plan->bias_in_epilogue_ = bias_epilogue;
+  const std::string shape = key.ToString();
+  auto check = [&](const char* op, cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? absl::OkStatus() : CublasError(op, s, shape);
+  };
+  const uint64_t m = static_cast<uint64_t>(key.out);
+  const uint64_t n = static_cast<uint64_t>(key.rows);
+  const uint64_t k = static_cast<uint64_t>(key.in);
+  const cudaDataType_t in_type = CudaDataTypeOf(key.in_type);
+  const cudaDataType_t out_type = CudaDataTypeOf(key.out_type);
+  // CUBLAS_COMPUTE_32F (not ..._FAST_TF32): f32 GEMMs stay full f32 for parity with the CPU.
+  absl::Status s = check("cublasLtMatmulDescCreate",
+                         cublasLtMatmulDescCreate(&plan->desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (!s.ok()) return s;
+  const cublasOperation_t trans_a = key.layout == WeightLayout::kOutIn ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_b = CUBLAS_OP_N;
+  s = check("cublasLtMatmulDescSetAttribute(TRANSA)",
+            cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                           sizeof(trans_a)));
+  if (!s.ok()) return s;
+  s = check("cublasLtMatmulDescSetAttribute(TRANSB)",
+            cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                           sizeof(trans_b)));
+  if (!s.ok()) return s;
+  if (bias_epilogue) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    s = check("cublasLtMatmulDescSetAttribute(EPILOGUE)",
+              cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                             sizeof(epilogue)));
+    if (!s.ok()) return s;
+    // The bias has length m (D's rows, our output features) and is broadcast over D's columns
+    // (our rows). Set now because the heuristic reads its alignment from the pointer.
+    s = check("cublasLtMatmulDescSetAttribute(BIAS_POINTER)",
+              cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof(bias)));
+    if (!s.ok()) return s;
+  }
+  // Layouts describe the matrices as stored (before TRANSA/TRANSB).
+  if (key.layout == WeightLayout::kOutIn) {
+    s = check("cublasLtMatrixLayoutCreate(A)",
+              cublasLtMatrixLayoutCreate(&plan->a_, in_type, k, m, static_cast<int64_t>(k)));
+  } else {
+    s = check("cublasLtMatrixLayoutCreate(A)",
+              cublasLtMatrixLayoutCreate(&plan->a_, in_type, m, k, static_cast<int64_t>(m)));
+  }
+  if (!s.ok()) return s;
+  s = check("cublasLtMatrixLayoutCreate(B)",
+            cublasLtMatrixLayoutCreate(&plan->b_, in_type, k, n, static_cast<int64_t>(k)));
+  if (!s.ok()) return s;
+  s = check("cublasLtMatrixLayoutCreate(D)",
+            cublasLtMatrixLayoutCreate(&plan->d_, out_type, m, n, static_cast<int64_t>(m)));
+  if (!s.ok()) return s;
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  s = check("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&pref));
+  if (!s.ok()) return s;
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } pref_guard{pref};
+  const uint64_t workspace = kWorkspaceBytes;
+  s = check("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace, sizeof(workspace)));
+  if (!s.ok()) return s;
+  // The actual alignments: tensors may be row views at any offset, and the default (256) would
+  // let the heuristic pick kernels that assume more than these pointers have.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y},
+  };
+  for (const auto& [attribute, value] : alignments) {
+    s = check("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)",
+              cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+    if (!s.ok()) return s;
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  s = check("cublasLtMatmulAlgoGetHeuristic",
+            cublasLtMatmulAlgoGetHeuristic(handle, plan->desc_, plan->a_, plan->b_, plan->d_,
+                                           plan->d_, pref, 1, &result, &returned));
+  if (!s.ok()) return s;
+  if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+    *no_algorithm = true;
+    return CublasError("cublasLtMatmulAlgoGetHeuristic: no algorithm",
+                       returned < 1 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state, shape);
+  }
+  plan->algo_ = result.algo;
+  return plan;
+}
+
+GemmPlan::~GemmPlan() {
+  if (d_ != nullptr) cublasLtMatrixLayoutDestroy(d_);
+  if (b_ != nullptr) cublasLtMatrixLayoutDestroy(b_);
+  if (a_ != nullptr) cublasLtMatrixLayoutDestroy(a_);
+  if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+}
+
+absl::Status GemmPlan::Run(cublasLtHandle_t handle, const void* x, const void* w, const void* bias,
+                           void* y, void* workspace, cudaStream_t stream) {
+  if (bias_in_epilogue_) {
+    const cublasStatus_t s = cublasLtMatmulDescSetAttribute(
+        desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      return CublasError("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", s, key_.ToString());
+    }
+  }
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  const cublasStatus_t s = cublasLtMatmul(handle, desc_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_,
+                                          &algo_, workspace, kWorkspaceBytes, stream);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    (void)cudaGetLastError();
+    return CublasError("cublasLtMatmul", s, key_.ToString());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuda_internal
+}  // namespace manyshot
