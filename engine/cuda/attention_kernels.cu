@@ -912,7 +912,7 @@ Capacity KernelCapacity(const KernelChoice& k) {
     const auto it = cache->find(key);
     if (it != cache->end()) return it->second;
   }
-  cap.error = AllowDynamicSmem(k.fn, k.max_smem);
+  cap.error = AllowDynamicSmem(k.fn, k.smem, k.max_smem);
   if (cap.error != cudaSuccess) return cap;  // not cached: reported on every call
   int sms = 0, per_sm = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&

@@ -255,8 +255,8 @@ cudaError_t LaunchBiasedAttention(const BiasedAttnParams& p, cudaStream_t stream
       break;
   }
   const size_t smem = BiasedSmem(p.head_dim);
-  // The largest need (head_dim 256), so the limit is raised once for every head_dim.
-  cudaError_t err = AllowDynamicSmem(fn, BiasedSmem(256));
+  // Raised to the largest need (head_dim 256), so once for every head_dim.
+  cudaError_t err = AllowDynamicSmem(fn, smem, BiasedSmem(256));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.kv_heads));
   void* args[] = {kp.get()};

@@ -76,25 +76,27 @@ inline std::map<std::pair<const void*, int>, size_t>& SmemLimits() {
 
 }  // namespace launch_internal
 
-// Lets `kernel` launch on the current device with up to `max_bytes` of dynamic shared memory.
-// Above the default 48 KiB the kernel's limit must be raised first (cudaFuncSetAttribute, which
-// costs host time): it is raised when a call needs more than the limit already set for this
-// (kernel, device), never lowered. Callers pass the most any launch of the kernel needs, so it is
-// raised once. A failure is returned (and the runtime's last error taken), never remembered, so
-// every launch that needs the limit reports it.
+// Lets `kernel` launch on the current device with `bytes` of dynamic shared memory. Up to the
+// default 48 KiB nothing is needed (and nothing is done: this runs before every launch). Above it
+// the kernel's limit must be raised first (cudaFuncSetAttribute, which costs host time): it is
+// raised, to `raise_to` when that is more (callers pass the most any launch of the kernel needs,
+// so it is raised once), whenever `bytes` exceeds the limit already set for this (kernel, device),
+// and never lowered. A failure is returned (and the runtime's last error taken), never
+// remembered, so every launch that needs the limit reports it.
 template <typename... P>
-cudaError_t AllowDynamicSmem(void (*kernel)(P...), size_t max_bytes) {
-  if (max_bytes <= 48 * 1024) return cudaSuccess;
+cudaError_t AllowDynamicSmem(void (*kernel)(P...), size_t bytes, size_t raise_to = 0) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return LaunchResult(err);
   const std::pair<const void*, int> key(reinterpret_cast<const void*>(kernel), device);
   std::lock_guard<std::mutex> lock(launch_internal::SmemLimitMutex());
   size_t& raised = launch_internal::SmemLimits()[key];
-  if (raised >= max_bytes) return cudaSuccess;
+  if (raised >= bytes) return cudaSuccess;
+  const size_t limit = raise_to > bytes ? raise_to : bytes;
   err = LaunchResult(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(max_bytes)));
-  if (err == cudaSuccess) raised = max_bytes;
+                                          static_cast<int>(limit)));
+  if (err == cudaSuccess) raised = limit;
   return err;
 }
 

@@ -32,10 +32,8 @@ class ContextCacheTest : public ::testing::TestWithParam<std::string> {
   Backend& backend() { return *NamedTestBackend(GetParam(), nullptr); }
   void SetUp() override {
     dir_ = FreshTempDir("cc");
-    std::string why;
-    if (NamedTestBackend(GetParam(), &why) == nullptr) {
-      GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << why;
-    }
+    const std::string why = BackendUnavailable(GetParam());
+    if (!why.empty()) GTEST_SKIP() << why;
     options_.chunk_bytes = 4096;
     options_.log = [this](LogLevel, const std::string& m) { log_.push_back(m); };
   }

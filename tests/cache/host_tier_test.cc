@@ -20,10 +20,8 @@ constexpr int64_t kLayers = 2, kTokens = 100, kHeads = 2, kDim = 16;
 class HostTierTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    std::string why;
-    if (NamedTestBackend(GetParam(), &why) == nullptr) {
-      GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << why;
-    }
+    const std::string why = BackendUnavailable(GetParam());
+    if (!why.empty()) GTEST_SKIP() << why;
   }
   Backend& backend() { return *NamedTestBackend(GetParam(), nullptr); }
   EncodedContext Synthetic(uint64_t seed) {

@@ -344,6 +344,10 @@ TEST(SimtTest, AllowDynamicSmemRaisesTheLimitToTheLargestNeedAndReportsEveryFail
   EXPECT_EQ(AllowDynamicSmem(kernel, 300 * 1024), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(cudaLaunchKernel(kernel, dim3(1), dim3(32), args, 100 * 1024, nullptr), cudaSuccess);
+  // raise_to: one raise covers the larger launches that come later.
+  static void (*other)(P) = [](P) {};
+  EXPECT_EQ(AllowDynamicSmem(other, 60 * 1024, 120 * 1024), cudaSuccess);
+  EXPECT_EQ(cudaLaunchKernel(other, dim3(1), dim3(32), args, 120 * 1024, nullptr), cudaSuccess);
 }
 
 }  // namespace

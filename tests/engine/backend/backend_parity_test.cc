@@ -46,11 +46,9 @@ double Tolerance(DType dtype) {
 class BackendParityTest : public ::testing::TestWithParam<ParityCase> {
  protected:
   void SetUp() override {
-    std::string why;
-    backend_ = NamedTestBackend(GetParam().backend, &why);
-    if (backend_ == nullptr) {
-      GTEST_SKIP() << "backend " << GetParam().backend << " cannot run here: " << why;
-    }
+    const std::string why = BackendUnavailable(GetParam().backend);
+    if (!why.empty()) GTEST_SKIP() << why;
+    backend_ = NamedTestBackend(GetParam().backend, nullptr);
   }
   Backend& b() { return *backend_; }
   Backend& cpu() { return TestBackend(); }

@@ -129,6 +129,12 @@ Backend* NamedTestBackend(const std::string& backend, std::string* why_not) {
   return cuda;
 }
 
+std::string BackendUnavailable(const std::string& backend) {
+  std::string why;
+  if (NamedTestBackend(backend, &why) != nullptr) return "";
+  return "backend " + backend + " cannot run here: " + why;
+}
+
 std::string BackendTestName(const ::testing::TestParamInfo<std::string>& info) {
   if (info.param == "cpu") return "Cpu";
   if (info.param == "simt-cuda") return "SimtCuda";

@@ -35,6 +35,8 @@ const Transformer& GoldenModel(const std::string& name);
 // The shared backend of that name, or nullptr with the reason it cannot run here (not built, no
 // usable GPU: the driver's own message).
 Backend* NamedTestBackend(const std::string& backend, std::string* why_not);
+// "" when NamedTestBackend(backend) can run here, else the reason a test gives GTEST_SKIP().
+std::string BackendUnavailable(const std::string& backend);
 // Test-name suffix for a suite parameterised by backend name: "Cpu", "SimtCuda", "Cuda".
 std::string BackendTestName(const ::testing::TestParamInfo<std::string>& info);
 // The golden's model loaded on NamedTestBackend(backend) (once per process and backend).
@@ -56,10 +58,8 @@ std::string ModelOnBackendName(const ::testing::TestParamInfo<ModelOnBackend>& i
 class ModelBackendTest : public ::testing::TestWithParam<ModelOnBackend> {
  protected:
   void SetUp() override {
-    std::string why;
-    if (NamedTestBackend(GetParam().backend, &why) == nullptr) {
-      GTEST_SKIP() << "backend " << GetParam().backend << " cannot run here: " << why;
-    }
+    const std::string why = BackendUnavailable(GetParam().backend);
+    if (!why.empty()) GTEST_SKIP() << why;
   }
   const std::string& family() const { return GetParam().model; }
   const Transformer& model() const { return GoldenModelOn(GetParam().model, GetParam().backend); }

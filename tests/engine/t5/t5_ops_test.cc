@@ -289,10 +289,9 @@ void ExpectT5OpsMatchCpu(Backend* cuda) {
 
 // On the GPU (label gpu; skipped where no GPU can be used).
 TEST(CudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
-  std::string why;
-  Backend* cuda = NamedTestBackend("cuda", &why);
-  if (cuda == nullptr) GTEST_SKIP() << "backend cuda cannot run here: " << why;
-  ExpectT5OpsMatchCpu(cuda);
+  const std::string why = BackendUnavailable("cuda");
+  if (!why.empty()) GTEST_SKIP() << why;
+  ExpectT5OpsMatchCpu(NamedTestBackend("cuda", nullptr));
 }
 
 // The same CUDA backend code on the SIMT emulator (tests/simt), on every machine.
