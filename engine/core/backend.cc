@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -126,25 +128,70 @@ uint64_t ThreadToken() {
   return token;
 }
 
+// The error tables (one per backend) in which this thread has an entry; when the thread ends, it
+// removes its entry from those whose backend still exists, so an error nobody took is not kept for
+// the life of the backend.
+class ErrorsOfThisThread {
+ public:
+  ~ErrorsOfThisThread() {
+    ended_ = true;
+    for (const auto& weak : tables_) {
+      if (auto table = weak.lock()) {
+        std::lock_guard<std::mutex> lock(table->mutex);
+        table->by_thread.erase(token_);
+      }
+    }
+  }
+
+  // Remembers `table` (once). An error recorded after this thread's thread_locals were destroyed
+  // (by the destructor of another thread_local) keeps its entry: rare, and the entry is only kept.
+  static void Remember(const std::shared_ptr<backend_internal::ThreadErrors>& table) {
+    if (ended_) return;
+    thread_local ErrorsOfThisThread self;
+    auto& tables = self.tables_;
+    std::erase_if(tables, [](const auto& weak) { return weak.expired(); });
+    for (const auto& weak : tables) {
+      if (weak.lock() == table) return;
+    }
+    tables.push_back(table);
+  }
+
+ private:
+  static thread_local bool ended_;
+  const uint64_t token_ = ThreadToken();
+  std::vector<std::weak_ptr<backend_internal::ThreadErrors>> tables_;
+};
+
+thread_local bool ErrorsOfThisThread::ended_ = false;
+
 }  // namespace
 
 bool Backend::HasError() const {
-  std::lock_guard<std::mutex> lock(errors_mutex_);
-  return errors_.count(ThreadToken()) != 0;
+  std::lock_guard<std::mutex> lock(errors_->mutex);
+  return errors_->by_thread.count(ThreadToken()) != 0;
 }
 
 void Backend::RecordError(absl::Status status) {
-  std::lock_guard<std::mutex> lock(errors_mutex_);
-  errors_.emplace(ThreadToken(), std::move(status));  // keeps the first
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(errors_->mutex);
+    first = errors_->by_thread.emplace(ThreadToken(), std::move(status)).second;  // keeps the first
+  }
+  if (first) ErrorsOfThisThread::Remember(errors_);
 }
 
 absl::Status Backend::TakeError() {
-  std::lock_guard<std::mutex> lock(errors_mutex_);
-  auto it = errors_.find(ThreadToken());
-  if (it == errors_.end()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(errors_->mutex);
+  auto it = errors_->by_thread.find(ThreadToken());
+  if (it == errors_->by_thread.end()) return absl::OkStatus();
   absl::Status status = std::move(it->second);
-  errors_.erase(it);
+  errors_->by_thread.erase(it);
   return status;
+}
+
+size_t Backend::ThreadsWithPendingErrors() const {
+  std::lock_guard<std::mutex> lock(errors_->mutex);
+  return errors_->by_thread.size();
 }
 
 absl::StatusOr<Tensor> Backend::Allocate(DType dtype, std::vector<int64_t> shape) {

@@ -13,6 +13,7 @@
 // dispatch nothing until the error is collected. Synchronize() waits for the calling thread's
 // work, then returns and clears that error; CopyToHost synchronizes and returns it too. So
 // every sequence of ops ends in Synchronize() or CopyToHost(), whose status the caller checks.
+// An error its thread never collected is dropped when that thread ends.
 //
 // Concurrency. A backend may be used from several host threads at once (the server encodes tasks
 // on one thread while its scheduler runs query batches on another). Each host thread has its own
@@ -29,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -111,6 +113,18 @@ struct AttentionState {
   Tensor lse;
 };
 
+namespace backend_internal {
+
+// The first error per host thread, by a number no other thread of the process ever gets
+// (std::thread::id values are reused after a thread ends, and an error a thread left untaken must
+// not fail a later thread). An entry stays until its thread synchronizes or ends.
+struct ThreadErrors {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, absl::Status> by_thread;
+};
+
+}  // namespace backend_internal
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -150,6 +164,9 @@ class Backend {
   void Convert(const Tensor& src, const Tensor& dst);
   // Waits for the calling thread's work; returns and clears its first error.
   absl::Status Synchronize();
+  // How many live threads have an error recorded here that no Synchronize() has taken yet (a
+  // thread's entry goes when it is taken or when the thread ends). For tests and diagnostics.
+  size_t ThreadsWithPendingErrors() const;
 
   // ---- Ops (x, out, weights: the compute dtype unless said otherwise) ----
   // out[t] = table[ids[t]] (accumulate: out[t] += table[ids[t]]); ids kI32 [T], validated by
@@ -246,12 +263,10 @@ class Backend {
   void RecordError(absl::Status status);
   absl::Status TakeError();
 
-  mutable std::mutex errors_mutex_;
-  // The first error per host thread, by a number no other thread of the process ever gets
-  // (std::thread::id values are reused after a thread ends, and an error a thread left untaken
-  // must not fail a later thread). An entry stays until its thread synchronizes: one status per
-  // thread that ended with an error nobody took.
-  std::unordered_map<uint64_t, absl::Status> errors_;
+  // Shared with the threads that recorded an error into it, which drop their entry when they
+  // end (backend.cc), whether or not the backend still exists then.
+  std::shared_ptr<backend_internal::ThreadErrors> errors_ =
+      std::make_shared<backend_internal::ThreadErrors>();
 };
 
 }  // namespace manyshot

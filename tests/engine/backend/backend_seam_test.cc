@@ -1,6 +1,10 @@
 // The backend seam, checked without a GPU: the checked fronts (a mismatch is an error, never memory
 // corruption), the per-thread sticky error, allocation failures as statuses, the factory and its
 // reasons, and the KV-dtype plumbing of the transformer and the context encoder on the CPU.
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "engine/backends/backend_factory.h"
@@ -121,6 +125,7 @@ TEST(BackendSeamTest, AnErrorLeftByAThreadThatEndedIsNotInherited) {
   for (int i = 0; i < 8; ++i) {
     std::thread failing([&] { backend.Add(a, b); });  // ends without Synchronize()
     failing.join();
+    EXPECT_EQ(backend.ThreadsWithPendingErrors(), 0u) << "round " << i;  // dropped at its end
     absl::Status next;
     std::thread fresh([&] {
       Tensor c = *backend.Allocate(DType::kF32, {8});
@@ -130,6 +135,61 @@ TEST(BackendSeamTest, AnErrorLeftByAThreadThatEndedIsNotInherited) {
     fresh.join();
     EXPECT_TRUE(next.ok()) << "round " << i << ": " << next;
   }
+}
+
+// An error is kept while its thread lives (its next Synchronize() returns it) and dropped when the
+// thread ends, also when the backend went first.
+TEST(BackendSeamTest, AnUntakenErrorIsKeptWhileItsThreadLivesAndDroppedWhenItEnds) {
+  auto backend = std::make_unique<CpuBackend>(1);
+  std::mt19937 rng(6);
+  Tensor a = Upload(*backend, RandomValues(rng, 8), DType::kF32, {8});
+  Tensor b = Upload(*backend, RandomValues(rng, 9), DType::kF32, {9});
+  backend->Add(a, b);  // this thread's, kept until it synchronizes
+  std::mutex mutex;
+  std::condition_variable changed;
+  int stage = 0;  // 1: the worker recorded its error; 2: the test checked; 3: the backend is gone
+  auto wait_for = [&](int s) {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return stage >= s; });
+  };
+  auto go_to = [&](int s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    stage = s;
+    changed.notify_all();
+  };
+  absl::Status taken;
+  std::thread worker([&] {
+    backend->Add(a, b);
+    backend->Add(a, b);  // a second error of the same thread keeps the first, one entry
+    go_to(1);
+    wait_for(2);
+    taken = backend->Synchronize();
+    backend->Add(a, b);  // left untaken
+    go_to(3);
+  });
+  wait_for(1);
+  EXPECT_EQ(backend->ThreadsWithPendingErrors(), 2u);
+  go_to(2);
+  wait_for(3);
+  EXPECT_EQ(taken.code(), absl::StatusCode::kInvalidArgument) << taken;
+  worker.join();
+  EXPECT_EQ(backend->ThreadsWithPendingErrors(), 1u);  // only this thread's
+  EXPECT_EQ(backend->Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->ThreadsWithPendingErrors(), 0u);
+
+  // A thread that outlives the backend it failed on ends cleanly.
+  std::atomic<bool> backend_gone{false};
+  std::thread outliving([&] {
+    backend->Add(a, b);
+    go_to(4);
+    while (!backend_gone.load()) std::this_thread::yield();
+  });
+  wait_for(4);
+  a = Tensor();
+  b = Tensor();
+  backend.reset();
+  backend_gone = true;
+  outliving.join();
 }
 
 TEST(BackendSeamTest, AllocationFailureIsAStatus) {
