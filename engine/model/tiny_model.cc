@@ -8,7 +8,12 @@
 // biases 0.1 N(0,1).
 #include "engine/model/tiny_model.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
+#include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/arch_traits.h"
@@ -133,6 +138,35 @@ std::vector<float> SeededNormalValues(uint64_t seed, const std::string& name,
   return v;
 }
 
+std::vector<TensorToWrite> SeededNormalTensors(uint64_t seed, DType dtype,
+                                               const std::vector<SeededTensor>& tensors) {
+  std::vector<TensorToWrite> out(tensors.size());
+  // Largest first, so no thread is left with a big tensor at the end.
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  auto numel = [&](size_t i) {
+    return std::accumulate(tensors[i].shape.begin(), tensors[i].shape.end(), int64_t{1},
+                           std::multiplies<>());
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return numel(a) > numel(b); });
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < order.size();) {
+      const SeededTensor& t = tensors[order[k]];
+      out[order[k]] = {t.name, dtype, t.shape,
+                       SeededNormalValues(seed, t.name, t.shape, t.mean, t.sd)};
+    }
+  };
+  const size_t threads =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), tensors.size());
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
+}
+
 std::string TorchDTypeName(DType stored) {
   return stored == DType::kF32 ? "float32" : stored == DType::kF16 ? "float16" : "bfloat16";
 }
@@ -193,13 +227,12 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
 absl::StatusOr<std::vector<TensorToWrite>> TinyModelTensors(const TinyModelSpec& spec) {
   auto config = TinyModelConfig(spec);
   if (!config.ok()) return config.status();
-  std::vector<TensorToWrite> out;
+  std::vector<SeededTensor> tensors;
   for (const ExpectedTensor& t : ExpectedTensors(*config)) {
     auto [mean, sd] = Scale(*config, t);
-    out.push_back(
-        {t.name, spec.dtype, t.shape, SeededNormalValues(spec.seed, t.name, t.shape, mean, sd)});
+    tensors.push_back({t.name, t.shape, mean, sd});
   }
-  return out;
+  return SeededNormalTensors(spec.seed, spec.dtype, tensors);
 }
 
 absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::path& tokenizer_dir,

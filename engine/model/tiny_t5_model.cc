@@ -75,13 +75,12 @@ std::pair<double, double> Scale(const T5Config& c, T5Role role) {
 
 absl::StatusOr<std::vector<TensorToWrite>> TinyT5Tensors(const TinyT5Spec& spec) {
   if (auto st = Validate(spec); !st.ok()) return st;
-  std::vector<TensorToWrite> out;
+  std::vector<SeededTensor> tensors;
   for (const T5Tensor& t : T5ExpectedTensors(spec.config)) {
     auto [mean, sd] = Scale(spec.config, t.role);
-    out.push_back(
-        {t.name, spec.dtype, t.shape, SeededNormalValues(spec.seed, t.name, t.shape, mean, sd)});
+    tensors.push_back({t.name, t.shape, mean, sd});
   }
-  return out;
+  return SeededNormalTensors(spec.seed, spec.dtype, tensors);
 }
 
 absl::Status WriteTinyT5Model(const TinyT5Spec& spec, const std::filesystem::path& out_dir) {

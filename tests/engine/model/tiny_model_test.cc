@@ -176,6 +176,26 @@ TEST(TinyModelTest, DeterministicAndSeedSensitive) {
   }
 }
 
+// Generated on every core, in any order, the values are those of one tensor at a time.
+TEST(TinyModelTest, SeededNormalTensorsEqualTheValuesOneByOne) {
+  std::vector<SeededTensor> tensors;
+  for (int i = 0; i < 23; ++i) {
+    tensors.push_back(
+        {"t" + std::to_string(i), {1 + (i * 37) % 11, 1 + (i * 53) % 17}, i * 0.1, 1.0 + i});
+  }
+  tensors.push_back({"big", {300, 200}, 0.0, 0.5});
+  const auto out = SeededNormalTensors(9, DType::kBF16, tensors);
+  ASSERT_EQ(out.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(out[i].name, tensors[i].name);
+    EXPECT_EQ(out[i].dtype, DType::kBF16);
+    EXPECT_EQ(out[i].shape, tensors[i].shape);
+    EXPECT_EQ(out[i].data, SeededNormalValues(9, tensors[i].name, tensors[i].shape, tensors[i].mean,
+                                              tensors[i].sd))
+        << tensors[i].name;
+  }
+}
+
 TEST(TinyModelTest, RewritingWithFewerShardsRemovesStaleFiles) {
   TinyModelSpec spec = SmallSpec("llama");
   spec.shards = 3;
