@@ -1,18 +1,26 @@
-// The real server on --backend=cuda without a GPU: MANYSHOT_CUDA_PLUGIN names tests/simt's build
-// of the CUDA plugin, whose backend code runs on the SIMT emulator (the same cuda_backend.cc,
-// kernels and plugin entry point as libmanyshot_cuda.so; a stand-in CUDA runtime and cuBLASLt).
-// End to end through gRPC: the plugin loads, GetServerInfo and the metrics report the CUDA
-// backend and a "gpu" memory tier, a task evicted from the GPU budget comes back from the pinned
-// host tier and, after a restart, from disk through pinned staging, and every score equals the
-// CPU server's (f32 compute and K/V on both sides).
+// The real server on --backend=cuda, end to end through gRPC, against the CPU server: the plugin
+// loads, GetServerInfo, the startup log and the metrics report the CUDA backend and a "gpu" memory
+// tier, a task evicted from the GPU budget comes back from the pinned host tier and, after a
+// restart, from disk through pinned staging, and every score equals the CPU server's (f32 compute
+// and K/V on both sides). Two instantiations:
+//   SimtCuda/  tests/simt's build of the CUDA plugin (MANYSHOT_CUDA_SIMT_PLUGIN): the same
+//              cuda_backend.cc, kernels and plugin entry point as libmanyshot_cuda.so on the SIMT
+//              emulator, a stand-in CUDA runtime and cuBLASLt. Runs on every machine.
+//   Cuda/      the real plugin on a real GPU (label gpu; SKIPPED with the reason where none can be
+//              used). tools/gpu/run_checks.sh runs it from a bundle, where MANYSHOT_TEST_BIN_DIR
+//              says where the server binary is.
 #include <signal.h>
 #include <stdlib.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/backends/backend_factory.h"
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "tests/integration/prometheus_text.h"
@@ -83,11 +91,50 @@ void ExpectSameScores(const std::vector<double>& got, const std::vector<double>&
   }
 }
 
-TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) {
+// Sets (or leaves) MANYSHOT_CUDA_PLUGIN, which the servers started meanwhile inherit, and restores
+// it when the test ends, however it ends.
+class ScopedPluginChoice {
+ public:
+  explicit ScopedPluginChoice(const char* plugin) {
+    if (const char* old = std::getenv(kVariable)) old_ = old;
+    if (plugin != nullptr) {
+      EXPECT_EQ(setenv(kVariable, plugin, 1), 0);
+    }
+  }
+  ~ScopedPluginChoice() {
+    if (old_) {
+      setenv(kVariable, old_->c_str(), 1);
+    } else {
+      unsetenv(kVariable);
+    }
+  }
+
+ private:
+  static constexpr const char* kVariable = "MANYSHOT_CUDA_PLUGIN";
+  std::optional<std::string> old_;
+};
+
+// The parameter: "simt-cuda" (the emulated plugin) or "cuda" (the plugin the factory finds: a real
+// GPU; MANYSHOT_CUDA_PLUGIN, when the environment sets it, as for the server).
+class GpuServerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  bool emulated() const { return GetParam() == "simt-cuda"; }
+};
+
+TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) {
 #if !MANYSHOT_CUDA_ENABLED
   GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
                   "CUDA plugin";
 #endif
+  ScopedPluginChoice plugin(emulated() ? MANYSHOT_CUDA_SIMT_PLUGIN : nullptr);
+  if (!emulated()) {
+    // Asked in this process, through the factory the server uses, before any server starts.
+    auto devices = CudaDevicesAvailable();
+    if (!devices.ok() || *devices == 0) {
+      GTEST_SKIP() << "no usable GPU: "
+                   << (devices.ok() ? "no CUDA device" : devices.status().ToString());
+    }
+  }
   TempDir dir;
   std::vector<double> cpu_a, cpu_b;
   {
@@ -99,15 +146,12 @@ TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServer
     cpu.StopCleanly();
   }
 
-  ASSERT_EQ(setenv("MANYSHOT_CUDA_PLUGIN", MANYSHOT_CUDA_SIMT_PLUGIN, 1), 0);
   const fs::path data = dir.path() / "cuda";
   uint64_t one_task = 0;
   {
     // First a budget for everything, to learn what one task holds.
     ServerUnderTest gpu(data, CudaFlags(uint64_t{1} << 30));
     ASSERT_TRUE(gpu.started()) << gpu.Stderr();
-    EXPECT_NE(gpu.Stderr().find("backend cuda (--backend=cuda): SIMT emulator"), std::string::npos)
-        << gpu.Stderr();
     auto stub = v1::ManyShot::NewStub(gpu.Channel());
     grpc::ClientContext context;
     v1::ServerInfo info;
@@ -115,7 +159,17 @@ TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServer
     EXPECT_EQ(info.backend().name(), "cuda");
     EXPECT_TRUE(info.backend().cuda_built());
     EXPECT_EQ(info.backend().compute_dtype(), "f32");
-    EXPECT_NE(info.backend().description().find("SIMT emulator"), std::string::npos);
+    // The log and GetServerInfo name the same device: the emulator, or the GPU (its name, sm_XY).
+    const std::string& description = info.backend().description();
+    EXPECT_NE(gpu.Stderr().find("backend cuda (--backend=cuda): " + description), std::string::npos)
+        << gpu.Stderr();
+    if (emulated()) {
+      EXPECT_NE(description.find("SIMT emulator"), std::string::npos) << description;
+    } else if (std::getenv("MANYSHOT_CUDA_PLUGIN") == nullptr) {
+      EXPECT_EQ(description.find("SIMT emulator"), std::string::npos) << description;
+      EXPECT_NE(description.find(", sm_"), std::string::npos) << description;
+    }
+    std::printf("GPU server backend: %s\n", description.c_str());
     auto created = CreateTask(*stub, "a", Sst2Spec(), Sst2Demonstrations(12));
     ASSERT_TRUE(created.status.ok()) << created.status.error_message();
     one_task = static_cast<uint64_t>(Metric(gpu, "manyshot_cache_bytes", {{"tier", "gpu"}}));
@@ -144,8 +198,13 @@ TEST(EmulatedGpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServer
               static_cast<double>(one_task + one_task / 2));
     gpu.StopCleanly();
   }
-  unsetenv("MANYSHOT_CUDA_PLUGIN");
 }
+
+// The test names say which (tests/CMakeLists.txt gives Cuda* the label gpu).
+INSTANTIATE_TEST_SUITE_P(SimtCuda, GpuServerTest, ::testing::Values("simt-cuda"),
+                         [](const auto&) { return "Emulated"; });
+INSTANTIATE_TEST_SUITE_P(Cuda, GpuServerTest, ::testing::Values("cuda"),
+                         [](const auto&) { return "Gpu"; });
 
 }  // namespace
 }  // namespace manyshot::testing

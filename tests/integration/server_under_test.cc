@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -14,8 +15,21 @@
 
 namespace manyshot::testing {
 
-std::string ServerBinary() { return std::string(MANYSHOT_BINARY_DIR) + "/server/manyshot-server"; }
-std::string CliBinary() { return std::string(MANYSHOT_BINARY_DIR) + "/client/manyshot"; }
+namespace {
+
+// MANYSHOT_TEST_BIN_DIR/name where the environment sets it (a bundle's bin/, tools/gpu), else the
+// build tree's path.
+std::string TestBinary(const char* build_path, const char* name) {
+  if (const char* dir = std::getenv("MANYSHOT_TEST_BIN_DIR"); dir != nullptr && *dir != 0) {
+    return std::string(dir) + "/" + name;
+  }
+  return std::string(MANYSHOT_BINARY_DIR) + "/" + build_path;
+}
+
+}  // namespace
+
+std::string ServerBinary() { return TestBinary("server/manyshot-server", "manyshot-server"); }
+std::string CliBinary() { return TestBinary("client/manyshot", "manyshot"); }
 
 ServerUnderTest::ServerUnderTest(const std::filesystem::path& data_dir,
                                  const std::vector<std::string>& extra_flags,

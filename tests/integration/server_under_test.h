@@ -10,8 +10,10 @@
 
 namespace manyshot::testing {
 
-std::string ServerBinary();  // build/server/manyshot-server
-std::string CliBinary();     // build/client/manyshot
+// build/server/manyshot-server and build/client/manyshot, or $MANYSHOT_TEST_BIN_DIR/manyshot-server
+// and .../manyshot where the environment sets it (tools/gpu's bundles).
+std::string ServerBinary();
+std::string CliBinary();
 
 // How long a test waits for the server to exit after SIGTERM: a hang detector far above the
 // --shutdown_grace_seconds default (10 s), not a timing claim (loaded machines are slow).

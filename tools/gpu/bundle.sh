@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/gpt2" "$out/shared/datasets"
 bins=(tests/backend_tests tests/transformer_tests tests/prompting_tests tests/t5_tests tests/cache/cache_tests
-      bench/manyshot-bench
+      tests/integration/integration_tests bench/manyshot-bench
       server/manyshot-server client/manyshot)
 for b in "${bins[@]}"; do
   [ -f "$build/$b" ] || { echo "bundle.sh: missing $build/$b" >&2; exit 1; }

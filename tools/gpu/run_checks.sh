@@ -19,8 +19,10 @@ mkdir -p /work /usr/local/share/manyshot
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/gpu.txt"
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  for t in backend_tests transformer_tests prompting_tests t5_tests cache_tests; do
-    "$bundle/bin/$t" --gtest_filter='Cuda*' --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
+  # integration_tests' Cuda/GpuServerTest runs the bundle's manyshot-server on --backend=cuda.
+  for t in backend_tests transformer_tests prompting_tests t5_tests cache_tests integration_tests; do
+    MANYSHOT_TEST_BIN_DIR="$bundle/bin" "$bundle/bin/$t" --gtest_filter='Cuda*' \
+      --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
     echo "== $t rc=$rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
