@@ -5,7 +5,8 @@
 // and K/V on both sides). Two instantiations:
 //   SimtCuda/  tests/simt's build of the CUDA plugin (MANYSHOT_CUDA_SIMT_PLUGIN): the same
 //              cuda_backend.cc, kernels and plugin entry point as libmanyshot_cuda.so on the SIMT
-//              emulator, a stand-in CUDA runtime and cuBLASLt. Runs on every machine.
+//              emulator, a stand-in CUDA runtime and cuBLASLt, with deferred streams. Runs on
+//              every machine.
 //   Cuda/      the real plugin on a real GPU (label gpu; SKIPPED with the reason where none can be
 //              used). tools/gpu/run_checks.sh runs it from a bundle, where MANYSHOT_TEST_BIN_DIR
 //              says where the server binary is.
@@ -91,26 +92,26 @@ void ExpectSameScores(const std::vector<double>& got, const std::vector<double>&
   }
 }
 
-// Sets (or leaves) MANYSHOT_CUDA_PLUGIN, which the servers started meanwhile inherit, and restores
-// it when the test ends, however it ends.
-class ScopedPluginChoice {
+// Sets an environment variable (or leaves it, for a null value), which the servers started
+// meanwhile inherit, and restores it when the test ends, however it ends.
+class ScopedEnv {
  public:
-  explicit ScopedPluginChoice(const char* plugin) {
-    if (const char* old = std::getenv(kVariable)) old_ = old;
-    if (plugin != nullptr) {
-      EXPECT_EQ(setenv(kVariable, plugin, 1), 0);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      EXPECT_EQ(setenv(name, value, 1), 0);
     }
   }
-  ~ScopedPluginChoice() {
+  ~ScopedEnv() {
     if (old_) {
-      setenv(kVariable, old_->c_str(), 1);
+      setenv(name_, old_->c_str(), 1);
     } else {
-      unsetenv(kVariable);
+      unsetenv(name_);
     }
   }
 
  private:
-  static constexpr const char* kVariable = "MANYSHOT_CUDA_PLUGIN";
+  const char* name_;
   std::optional<std::string> old_;
 };
 
@@ -126,7 +127,10 @@ TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) 
   GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
                   "CUDA plugin";
 #endif
-  ScopedPluginChoice plugin(emulated() ? MANYSHOT_CUDA_SIMT_PLUGIN : nullptr);
+  ScopedEnv plugin("MANYSHOT_CUDA_PLUGIN", emulated() ? MANYSHOT_CUDA_SIMT_PLUGIN : nullptr);
+  // The emulator runs each stream's work only when the server waits for it, as a GPU may
+  // (tests/simt/include/cuda_runtime.h): a missing wait shows as wrong scores.
+  ScopedEnv deferred("SIMT_DEFERRED_STREAMS", emulated() ? "1" : nullptr);
   if (!emulated()) {
     // Asked in this process, through the factory the server uses, before any server starts.
     auto devices = CudaDevicesAvailable();

@@ -227,11 +227,46 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 
+namespace {
+
+// D = alpha op(A) op(B) + beta C (+ bias), in double, for the checked shapes.
+void Multiply(const cublasLtMatmulDescOpaque_t& desc, const void* a,
+              const cublasLtMatrixLayoutOpaque_t& a_desc, const void* b,
+              const cublasLtMatrixLayoutOpaque_t& b_desc, const void* c,
+              const cublasLtMatrixLayoutOpaque_t& c_desc, void* d,
+              const cublasLtMatrixLayoutOpaque_t& d_desc, float alpha_f, float beta_f, bool bias) {
+  const int64_t m = static_cast<int64_t>(d_desc.rows), n = static_cast<int64_t>(d_desc.cols);
+  const int64_t k = static_cast<int64_t>(desc.trans_a == CUBLAS_OP_N ? a_desc.cols : a_desc.rows);
+  // Element (i, j) of op(X) for a column-major X with leading dimension ld.
+  auto at = [](const void* x, const cublasLtMatrixLayoutOpaque_t& l, cublasOperation_t op,
+               int64_t i, int64_t j) {
+    return op == CUBLAS_OP_N ? Load(x, l.type, i + j * l.ld) : Load(x, l.type, j + i * l.ld);
+  };
+  std::vector<double> column(static_cast<size_t>(m));
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        acc += at(a, a_desc, desc.trans_a, i, p) * at(b, b_desc, desc.trans_b, p, j);
+      }
+      double v = alpha_f * acc;
+      if (beta_f != 0.0f) v += beta_f * Load(c, c_desc.type, i + j * c_desc.ld);
+      if (bias) v += Load(desc.bias, d_desc.type, i);
+      column[static_cast<size_t>(i)] = v;
+    }
+    // C may be D: every element of the column is read before any is written.
+    for (int64_t i = 0; i < m; ++i) Store(d, d_desc.type, i + j * d_desc.ld, column[i]);
+  }
+}
+
+}  // namespace
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* a, cublasLtMatrixLayout_t a_desc, const void* b,
                               cublasLtMatrixLayout_t b_desc, const void* beta, const void* c,
                               cublasLtMatrixLayout_t c_desc, void* d, cublasLtMatrixLayout_t d_desc,
-                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t,
+                              cudaStream_t stream) {
   if (const char* why = CheckShapes(*desc, *a_desc, *b_desc, *c_desc, *d_desc)) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, why);
   }
@@ -243,33 +278,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                     "an operand less aligned than the heuristic was promised");
     }
   }
+  // alpha and beta are host scalars, read at the call; the product runs in stream order.
   float alpha_f, beta_f;
   std::memcpy(&alpha_f, alpha, 4);
   std::memcpy(&beta_f, beta, 4);
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   if (bias && desc->bias == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "no bias");
-  const int64_t m = static_cast<int64_t>(d_desc->rows), n = static_cast<int64_t>(d_desc->cols);
-  const int64_t k =
-      static_cast<int64_t>(desc->trans_a == CUBLAS_OP_N ? a_desc->cols : a_desc->rows);
-  // Element (i, j) of op(X) for a column-major X with leading dimension ld.
-  auto at = [](const void* x, const cublasLtMatrixLayoutOpaque_t& l, cublasOperation_t op,
-               int64_t i, int64_t j) {
-    return op == CUBLAS_OP_N ? Load(x, l.type, i + j * l.ld) : Load(x, l.type, j + i * l.ld);
-  };
-  std::vector<double> column(static_cast<size_t>(m));
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t i = 0; i < m; ++i) {
-      double acc = 0.0;
-      for (int64_t p = 0; p < k; ++p) {
-        acc += at(a, *a_desc, desc->trans_a, i, p) * at(b, *b_desc, desc->trans_b, p, j);
-      }
-      double v = alpha_f * acc;
-      if (beta_f != 0.0f) v += beta_f * Load(c, c_desc->type, i + j * c_desc->ld);
-      if (bias) v += Load(desc->bias, d_desc->type, i);
-      column[static_cast<size_t>(i)] = v;
-    }
-    // C may be D: every element of the column is read before any is written.
-    for (int64_t i = 0; i < m; ++i) Store(d, d_desc->type, i + j * d_desc->ld, column[i]);
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  const cudaError_t queued =
+      simt::Submit(stream, [op = *desc, al = *a_desc, bl = *b_desc, cl = *c_desc, dl = *d_desc, a,
+                            b, c, d, alpha_f, beta_f, bias] {
+        Multiply(op, a, al, b, bl, c, cl, d, dl, alpha_f, beta_f, bias);
+        return std::string();
+      });
+  return queued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

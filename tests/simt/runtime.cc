@@ -4,13 +4,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "cuda_runtime.h"
 
@@ -132,7 +138,118 @@ bool IsDeviceRange(const void* p, size_t bytes) {
   return IsDeviceRangeLocked(p, bytes);
 }
 
+// Whether [p, p + bytes) lies in one cudaHostAlloc block.
+bool IsPinnedRange(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& blocks = PinnedBlocks();
+  auto it = blocks.upper_bound(const_cast<void*>(p));
+  if (it == blocks.begin()) return false;
+  --it;
+  const auto* start = static_cast<const unsigned char*>(it->first);
+  const auto* q = static_cast<const unsigned char*>(p);
+  return q >= start && q + bytes <= start + it->second;
+}
+
 }  // namespace
+}  // namespace simt
+
+// A stream: its queued work (deferred streams only) and the first failure of work that ran.
+struct CUstream_st {
+  std::mutex running;  // held while its work runs, so two waiting threads keep its order
+  std::deque<std::function<std::string()>> queue;  // under simt::g_streams_mu
+  std::string failure;                             // under `running`
+};
+
+namespace simt {
+namespace {
+
+std::mutex g_streams_mu;
+
+// Every live stream, for cudaDeviceSynchronize; the legacy default stream (nullptr) is one too.
+std::set<CUstream_st*>& Streams() {
+  static auto* streams = new std::set<CUstream_st*>{};
+  return *streams;
+}
+
+CUstream_st* Resolve(cudaStream_t stream) {
+  static auto* legacy = [] {
+    auto* s = new CUstream_st();
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    Streams().insert(s);
+    return s;
+  }();
+  return stream != nullptr ? stream : legacy;
+}
+
+// Runs the stream's queued work, in order; returns its first failure as cudaErrorLaunchFailure.
+cudaError_t Drain(CUstream_st* s) {
+  std::lock_guard<std::mutex> running(s->running);
+  for (;;) {
+    std::function<std::string()> work;
+    {
+      std::lock_guard<std::mutex> lock(g_streams_mu);
+      if (s->queue.empty()) break;
+      work = std::move(s->queue.front());
+      s->queue.pop_front();
+    }
+    std::string failure = work();
+    if (!failure.empty() && s->failure.empty()) s->failure = std::move(failure);
+  }
+  if (s->failure.empty()) return cudaSuccess;
+  LastLaunchError() = std::move(s->failure);
+  s->failure.clear();
+  return Record(cudaErrorLaunchFailure);
+}
+
+cudaError_t DrainAll() {
+  Resolve(nullptr);  // registers the legacy stream (it takes the lock itself)
+  std::vector<CUstream_st*> streams;
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    streams.assign(Streams().begin(), Streams().end());
+  }
+  cudaError_t first = cudaSuccess;
+  for (CUstream_st* s : streams) {
+    const cudaError_t err = Drain(s);
+    if (first == cudaSuccess) first = err;
+  }
+  return first;
+}
+
+}  // namespace
+
+namespace {
+
+std::atomic<bool>& DeferredFlag() {
+  static std::atomic<bool> deferred = [] {
+    const char* v = std::getenv("SIMT_DEFERRED_STREAMS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return deferred;
+}
+
+}  // namespace
+
+bool DeferredStreams() { return DeferredFlag().load(); }
+
+void SetDeferredStreams(bool deferred) {
+  DrainAll();
+  DeferredFlag() = deferred;
+}
+
+cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work) {
+  if (!DeferredStreams()) {
+    std::string failure = work();
+    if (failure.empty()) return cudaSuccess;
+    LastLaunchError() = std::move(failure);
+    return Record(cudaErrorLaunchFailure);
+  }
+  CUstream_st* s = Resolve(stream);
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  s->queue.push_back(std::move(work));
+  return cudaSuccess;
+}
+
 }  // namespace simt
 
 using simt::Record;
@@ -191,7 +308,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* v
                                              : Refuse(cudaErrorInvalidValue, "pool attribute");
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return simt::DrainAll(); }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   std::lock_guard<std::mutex> lock(simt::g_mu);
@@ -207,6 +324,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
+  simt::DrainAll();  // cudaFree synchronizes the device
   {
     std::lock_guard<std::mutex> lock(simt::g_mu);
     if (simt::Mappings().count(p) == 0) {
@@ -226,6 +344,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
 }
 
 cudaError_t cudaFreeHost(void* p) {
+  simt::DrainAll();  // as cudaFree: no queued copy outlives the block
   {
     std::lock_guard<std::mutex> lock(simt::g_mu);
     if (simt::PinnedBlocks().erase(p) == 0) {
@@ -238,19 +357,30 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  *stream = reinterpret_cast<cudaStream_t>(new int(0));
+  *stream = new CUstream_st();
+  std::lock_guard<std::mutex> lock(simt::g_streams_mu);
+  simt::Streams().insert(*stream);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<int*>(stream);
-  return cudaSuccess;
+  if (stream == nullptr) return Refuse(cudaErrorInvalidResourceHandle, "destroying stream 0");
+  // The hardware finishes work queued before the destroy.
+  const cudaError_t err = simt::Drain(stream);
+  {
+    std::lock_guard<std::mutex> lock(simt::g_streams_mu);
+    simt::Streams().erase(stream);
+  }
+  delete stream;
+  return err;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return simt::Drain(simt::Resolve(stream));
+}
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   const bool dst_device = simt::IsDeviceRange(dst, bytes);
   const bool src_device = simt::IsDeviceRange(src, bytes);
@@ -277,17 +407,46 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                       (src_device ? "device" : "host") + " to " + (dst_device ? "device" : "host") +
                       " memory (" + std::to_string(bytes) + " bytes)");
   }
-  std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  if (simt::DeferredStreams() && !src_device && !simt::IsPinnedRange(src, bytes)) {
+    // From pageable memory the runtime stages the bytes before it returns: the caller may reuse
+    // `src` at once.
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+    return simt::Submit(stream, [dst, staged] {
+      std::memmove(dst, staged->data(), staged->size());
+      return std::string();
+    });
+  }
+  return simt::Submit(stream, [dst, src, bytes] {
+    std::memmove(dst, src, bytes);
+    return std::string();
+  });
 }
 
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!simt::IsDeviceRange(dst, bytes)) {
     return Refuse(cudaErrorInvalidValue, "cudaMemsetAsync outside device memory");
   }
-  std::memset(dst, value, bytes);
-  return cudaSuccess;
+  return simt::Submit(stream, [dst, value, bytes] {
+    std::memset(dst, value, bytes);
+    return std::string();
+  });
+}
+
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(simt::g_mu);
+    if (simt::Mappings().count(p) == 0) {
+      return Refuse(cudaErrorInvalidValue, "cudaFreeAsync of an address cudaMalloc did not return");
+    }
+  }
+  // Queued work before it may still use the memory; the free runs after it.
+  return simt::Submit(stream, [p] {
+    simt::DeviceFree(p);
+    return std::string();
+  });
 }
 
 struct CUevent_st {
@@ -305,10 +464,12 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  event->at = std::chrono::steady_clock::now();
-  event->recorded = true;
-  return cudaSuccess;
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return simt::Submit(stream, [event] {
+    event->at = std::chrono::steady_clock::now();
+    event->recorded = true;
+    return std::string();
+  });
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

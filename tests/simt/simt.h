@@ -16,9 +16,10 @@
 // NaN in f32, f16 and bf16), collectives some lanes of a warp never reach, __syncthreads() after
 // some threads returned, misaligned ldmatrix / cp.async addresses, launches over the device's
 // limits. With the stand-in runtime (memory, copies that check their direction, streams that run
-// at once) and cuBLASLt (cublaslt.cc), the CUDA backend's host code runs on it too ("simt-cuda"
-// in the engine tests). What it cannot find: anything about timing, concurrency between streams,
-// the real memory model, occupancy or speed, the real driver and library, and the plugin loading.
+// at once or, deferred, only when the host waits for them: a missing wait shows as stale data)
+// and cuBLASLt (cublaslt.cc), the CUDA backend's host code runs on it too ("simt-cuda" in the
+// engine tests). What it cannot find: anything about timing, streams really running at the same
+// time, the real memory model, occupancy or speed, the real driver and library.
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -112,6 +113,25 @@ cudaError_t& LastError();
 std::string& LastLaunchError();
 cudaError_t Record(cudaError_t err);
 
+// Stream order. By default every stream runs its work at once, in program order. With
+// SIMT_DEFERRED_STREAMS=1 in the environment ("deferred streams"), work on a stream (kernels,
+// copies, memsets, stream-ordered frees, cuBLASLt matmuls, event records) only runs when the host
+// waits for it: cudaStreamSynchronize of that stream, cudaDeviceSynchronize, and the calls that
+// synchronize the device on hardware (cudaFree, cudaFreeHost, cudaStreamDestroy drains its
+// stream). So code that reads a result before waiting, reuses a pinned buffer while a copy from
+// it is queued, or hands a tensor to another thread's stream before its producer synchronized,
+// sees stale data (device memory starts as 0xff bytes) as it might on a GPU. As the runtime
+// specifies, a copy from pageable host memory takes the source bytes at the call; any other
+// copy reads its source when it runs. A kernel's failure is reported by the next
+// synchronization of its stream (cudaErrorLaunchFailure, the text in LastLaunchError()).
+bool DeferredStreams();
+// Switches deferred streams on or off for the rest of the process (tests of the runtime itself);
+// work queued so far runs first.
+void SetDeferredStreams(bool deferred);
+// Runs `work` on `stream` (at once, or queued when streams are deferred). `work` returns "" or
+// what went wrong. At once: its failure is returned as cudaErrorLaunchFailure.
+cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work);
+
 // Dynamic shared memory a kernel may use (cudaFuncSetAttribute), by kernel address.
 size_t MaxDynamicSmem(const void* fn);
 cudaError_t SetMaxDynamicSmem(const void* fn, int bytes);
@@ -153,7 +173,7 @@ inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream
 
 cudaError_t cudaFree(void* p);  // runtime.cc: refuses an address cudaMalloc did not return
 
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t /*stream*/) { return cudaFree(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);  // runtime.cc: in stream order
 
 template <typename... A>
 cudaError_t cudaFuncSetAttribute(void (*fn)(A...), cudaFuncAttribute attr, int value) {
@@ -170,10 +190,10 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, void (*)(
   return cudaSuccess;
 }
 
-// Runs the kernel on the emulator, synchronously (stream order is program order here).
+// Runs the kernel on the emulator, at once or when its stream is synchronized (DeferredStreams).
 template <typename... A>
 cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** args, size_t smem,
-                             cudaStream_t /*stream*/) {
+                             cudaStream_t stream) {
   constexpr size_t param_bytes = (size_t{0} + ... + sizeof(std::decay_t<A>));
   if (param_bytes > simt::Props().max_param_bytes) {
     simt::LastLaunchError() = "kernel parameters of " + std::to_string(param_bytes) + " bytes";
@@ -186,19 +206,17 @@ cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** arg
         " the kernel may use";
     return simt::Record(cudaErrorInvalidValue);
   }
+  // The parameters by value, as the hardware takes them at the launch.
   auto params = simt::ArgsTuple<A...>(args, std::index_sequence_for<A...>{});
-  const std::string error = simt::Launch(grid, block, smem, [&] { std::apply(fn, params); });
-  if (!error.empty()) {
-    simt::LastLaunchError() = error;
-    return simt::Record(cudaErrorLaunchFailure);
-  }
-  return cudaSuccess;
+  return simt::Submit(stream, [fn, grid, block, smem, params] {
+    return simt::Launch(grid, block, smem, [&] { std::apply(fn, params); });
+  });
 }
 
-// ---- host-side runtime API (tests/simt/runtime.cc): one device, the emulator; every stream
-// runs its work at once, in program order, so stream order holds trivially. Memory copies
-// check that the pointers are where their kind says (device memory is what cudaMalloc and
-// cudaMallocAsync returned). ----
+// ---- host-side runtime API (tests/simt/runtime.cc): one device, the emulator; streams run their
+// work at once or deferred (simt::DeferredStreams above). Memory copies check, at the call, that
+// the pointers are where their kind says (device memory is what cudaMalloc and cudaMallocAsync
+// returned). ----
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -247,5 +265,6 @@ struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);  // the host clock, now
+// The host clock when the stream reaches the record.
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
