@@ -92,29 +92,6 @@ void ExpectSameScores(const std::vector<double>& got, const std::vector<double>&
   }
 }
 
-// Sets an environment variable (or leaves it, for a null value), which the servers started
-// meanwhile inherit, and restores it when the test ends, however it ends.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      EXPECT_EQ(setenv(name, value, 1), 0);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // The parameter: "simt-cuda" (the emulated plugin) or "cuda" (the plugin the factory finds: a real
 // GPU; MANYSHOT_CUDA_PLUGIN, when the environment sets it, as for the server).
 class GpuServerTest : public ::testing::TestWithParam<std::string> {
@@ -127,10 +104,10 @@ TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) 
   GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
                   "CUDA plugin";
 #endif
-  ScopedEnv plugin("MANYSHOT_CUDA_PLUGIN", emulated() ? MANYSHOT_CUDA_SIMT_PLUGIN : nullptr);
   // The emulator runs each stream's work only when the server waits for it, as a GPU may
   // (tests/simt/include/cuda_runtime.h): a missing wait shows as wrong scores.
-  ScopedEnv deferred("SIMT_DEFERRED_STREAMS", emulated() ? "1" : nullptr);
+  std::optional<ScopedEmulatedCudaPlugin> emulation;
+  if (emulated()) emulation.emplace(MANYSHOT_CUDA_SIMT_PLUGIN);
   if (!emulated()) {
     // Asked in this process, through the factory the server uses, before any server starts.
     auto devices = CudaDevicesAvailable();

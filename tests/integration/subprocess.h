@@ -53,4 +53,27 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Sets an environment variable (or leaves it as it is, for a null value), which the processes
+// started meanwhile inherit, and restores it when the scope ends, however it ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+// The emulated CUDA plugin (tests/simt) for the servers started in this scope, with deferred
+// streams (SIMT_DEFERRED_STREAMS: a stream's work runs when the server waits for it).
+struct ScopedEmulatedCudaPlugin {
+  explicit ScopedEmulatedCudaPlugin(const char* plugin_path)
+      : plugin("MANYSHOT_CUDA_PLUGIN", plugin_path), deferred("SIMT_DEFERRED_STREAMS", "1") {}
+  ScopedEnv plugin;
+  ScopedEnv deferred;
+};
+
 }  // namespace manyshot::testing

@@ -270,11 +270,13 @@ TEST(T5ServerTest, ASaiclTaskOnTheEmulatedCudaBackendScoresAsOnTheCpu) {
                                            "--compute_dtype=f32", "--kv_dtype=f32"};
   double cpu_reserved = 0, gpu_reserved = 0;
   const std::vector<double> cpu = scores(common, &cpu_reserved);
-  ASSERT_EQ(setenv("MANYSHOT_CUDA_PLUGIN", MANYSHOT_CUDA_SIMT_PLUGIN, 1), 0);
-  std::vector<std::string> cuda_flags = common;
-  cuda_flags.push_back("--backend=cuda");
-  const std::vector<double> gpu = scores(cuda_flags, &gpu_reserved);
-  unsetenv("MANYSHOT_CUDA_PLUGIN");
+  std::vector<double> gpu;
+  {
+    ScopedEmulatedCudaPlugin emulation(MANYSHOT_CUDA_SIMT_PLUGIN);
+    std::vector<std::string> cuda_flags = common;
+    cuda_flags.push_back("--backend=cuda");
+    gpu = scores(cuda_flags, &gpu_reserved);
+  }
   ASSERT_EQ(cpu.size(), 4u);
   ASSERT_EQ(gpu.size(), cpu.size());
   for (size_t i = 0; i < cpu.size(); ++i) {

@@ -6,8 +6,8 @@
 #
 #   tools/gpu/bundle.sh BUILD_DIR OUT_DIR [ARCHIVE]    then run tools/gpu/run_checks.sh OUT_DIR there
 #
-# The bundle is ~128 MB; a device run carries at most 64 MiB with the working tree, so ARCHIVE
-# (e.g. .gpu/bundle.tar.xz, ~29 MB; .gpu/ is git-ignored) packs it with xz for the trip, and
+# The bundle is ~131 MB; a device run carries at most 64 MiB with the working tree, so ARCHIVE
+# (e.g. .gpu/bundle.tar.xz, ~30 MB; .gpu/ is git-ignored) packs it with xz for the trip, and
 # tools/gpu/session.sh unpacks it there.
 set -euo pipefail
 build=${1:?build dir}
