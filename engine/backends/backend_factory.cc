@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +39,12 @@ absl::StatusOr<const CudaPlugin*> LoadCudaPlugin() {
       if (p == nullptr || p->abi_version != CudaPlugin::kAbiVersion) {
         return absl::FailedPreconditionError(
             absl::StrCat(path, " is not a manyshot CUDA plugin of this version"));
+      }
+      if (p->abi_hash == nullptr || std::string_view(p->abi_hash) != MANYSHOT_CUDA_PLUGIN_ABI) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            path, " was built from other engine headers than this program (plugin ABI ",
+            p->abi_hash ? p->abi_hash : "none", ", program ", MANYSHOT_CUDA_PLUGIN_ABI,
+            "): use the libmanyshot_cuda.so built with this program"));
       }
       return p;
     }

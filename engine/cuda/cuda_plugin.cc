@@ -7,6 +7,7 @@ extern "C" __attribute__((visibility("default"))) const manyshot::CudaPlugin*
 manyshot_cuda_plugin() {
   static const manyshot::CudaPlugin plugin = [] {
     manyshot::CudaPlugin p;
+    p.abi_hash = MANYSHOT_CUDA_PLUGIN_ABI;
     p.device_count = &manyshot::CudaDeviceCount;
     p.create_backend = &manyshot::CreateCudaBackend;
     p.device_name = &manyshot::CudaDeviceName;

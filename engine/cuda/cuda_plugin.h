@@ -21,10 +21,13 @@
 namespace manyshot {
 
 struct CudaPlugin {
-  // Raised whenever Backend, Tensor or this struct change shape (2: Backend keys its per-thread
-  // errors by a token instead of std::thread::id).
-  static constexpr int kAbiVersion = 2;
+  // Raised whenever this struct changes shape (3: abi_hash).
+  static constexpr int kAbiVersion = 3;
   int abi_version = kAbiVersion;
+  // The hash of the headers that define the types crossing the boundary (engine/core/*.h and
+  // this one; engine/CMakeLists.txt computes it): a plugin built from other headers than the
+  // program loading it is refused, whatever changed (Backend's layout is compiled into both).
+  const char* abi_hash = nullptr;
   absl::StatusOr<int> (*device_count)() = nullptr;
   absl::StatusOr<std::unique_ptr<Backend>> (*create_backend)(int device) = nullptr;
   // Same-run references for benchmarks (engine/cuda/cuda_reference.h).

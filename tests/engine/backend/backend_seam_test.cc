@@ -3,6 +3,8 @@
 // reasons, and the KV-dtype plumbing of the transformer and the context encoder on the CPU.
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -199,6 +201,25 @@ TEST(BackendSeamTest, AllocationFailureIsAStatus) {
   EXPECT_EQ(backend.Allocate(DType::kF32, {-1}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
+
+#if MANYSHOT_CUDA_ENABLED
+// A plugin built from other engine headers than the program (its ABI hash differs) is refused with
+// the reason, before anything of it is called. In a child process: the factory loads its plugin
+// once per process.
+TEST(BackendFactoryDeathTest, APluginBuiltFromOtherHeadersIsRefusedWithTheReason) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("MANYSHOT_CUDA_PLUGIN", MANYSHOT_MISMATCHED_CUDA_PLUGIN, 1);
+        const absl::StatusOr<int> devices = CudaDevicesAvailable();
+        std::fprintf(stderr, "%s\n", devices.status().ToString().c_str());
+        std::exit(devices.status().code() == absl::StatusCode::kFailedPrecondition ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "built from other engine headers than this program \\(plugin ABI 0000000000000000, "
+      "program [0-9a-f]+\\)");
+}
+#endif
 
 TEST(BackendFactoryTest, KindsReasonsAndTheDefault) {
   EXPECT_EQ(*ParseBackendKind("cpu"), BackendKind::kCpu);
