@@ -123,14 +123,20 @@ void DeviceFree(void* p) {
 
 namespace {
 
-bool IsDeviceRangeLocked(const void* p, size_t bytes) {
-  auto& maps = Mappings();
-  auto it = maps.upper_bound(const_cast<void*>(p));
-  if (it == maps.begin()) return false;
+// Whether [p, p + bytes) lies in one block of `blocks` (by start address; size_of(value) is the
+// block's size in bytes).
+template <typename Map, typename SizeOf>
+bool InOneBlock(const Map& blocks, const void* p, size_t bytes, SizeOf size_of) {
+  auto it = blocks.upper_bound(const_cast<void*>(p));
+  if (it == blocks.begin()) return false;
   --it;
   const auto* start = static_cast<const unsigned char*>(it->first);
   const auto* q = static_cast<const unsigned char*>(p);
-  return q >= start && q + bytes <= start + it->second.used;
+  return q >= start && q + bytes <= start + size_of(it->second);
+}
+
+bool IsDeviceRangeLocked(const void* p, size_t bytes) {
+  return InOneBlock(Mappings(), p, bytes, [](const Mapping& m) { return m.used; });
 }
 
 bool IsDeviceRange(const void* p, size_t bytes) {
@@ -141,13 +147,7 @@ bool IsDeviceRange(const void* p, size_t bytes) {
 // Whether [p, p + bytes) lies in one cudaHostAlloc block.
 bool IsPinnedRange(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_mu);
-  auto& blocks = PinnedBlocks();
-  auto it = blocks.upper_bound(const_cast<void*>(p));
-  if (it == blocks.begin()) return false;
-  --it;
-  const auto* start = static_cast<const unsigned char*>(it->first);
-  const auto* q = static_cast<const unsigned char*>(p);
-  return q >= start && q + bytes <= start + it->second;
+  return InOneBlock(PinnedBlocks(), p, bytes, [](size_t size) { return size; });
 }
 
 }  // namespace
