@@ -214,7 +214,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == nullptr) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, "bias epilogue without a bias pointer");
   }
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && simt::Props().no_bias_epilogue_algorithm) {
+  if (simt::Props().no_gemm_algorithm ||
+      (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && simt::Props().no_bias_epilogue_algorithm)) {
     return CUBLAS_STATUS_SUCCESS;  // none found: *returned stays 0
   }
   cublasLtMatmulHeuristicResult_t r{};

@@ -195,6 +195,29 @@ TEST_P(BackendParityTest, LinearAddsTheBiasApartWhenNoEpilogueKernelExists) {
   ExpectClose(out, ref, "linear_bias_apart", 2 * tol());
 }
 
+// A GEMM cuBLASLt has no algorithm for is the op's error, naming the shape; nothing is written,
+// and the failure is not remembered: the same shape is planned again once the library finds one.
+TEST_P(BackendParityTest, ALinearWithNoCublasLtAlgorithmIsAnErrorNamingTheShape) {
+  if (!emulated()) GTEST_SKIP() << "only the emulated cuBLASLt can be made to find no kernel";
+  const int64_t T = 3, in = 40, outf = 24;  // a shape no other test plans, so a fresh plan
+  const auto x = Values(T * in), w = Values(in * outf, 0.2f);
+  const Tensor xt = Upload(b(), x, dt(), {T, in}), wt = Upload(b(), w, dt(), {outf, in});
+  Tensor out = Poisoned(b(), dt(), {T, outf});
+  simt::Props().no_gemm_algorithm = true;
+  b().Linear(xt, wt, WeightLayout::kOutIn, Tensor(), out);
+  const absl::Status status = b().Synchronize();
+  simt::Props().no_gemm_algorithm = false;
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_NE(status.message().find("no algorithm"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("y[3,24]"), std::string::npos) << status;
+  for (float v : Download(b(), out)) EXPECT_TRUE(std::isnan(v));  // untouched (poison)
+  b().Linear(xt, wt, WeightLayout::kOutIn, Tensor(), out);
+  Tensor ref = Poisoned(cpu(), DType::kF32, {T, outf});
+  cpu().Linear(Upload(cpu(), x, DType::kF32, {T, in}), Upload(cpu(), w, DType::kF32, {outf, in}),
+               WeightLayout::kOutIn, Tensor(), ref);
+  ExpectClose(out, ref, "linear_planned_again", tol());
+}
+
 TEST_P(BackendParityTest, RopeAndActivations) {
   const int64_t T = 23, heads = 3, D = 64;
   const auto x = Values(T * heads * D);
