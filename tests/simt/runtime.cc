@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,9 @@ namespace simt {
 namespace {
 
 std::mutex g_streams_mu;
+// Held shared while cudaDeviceSynchronize (or a call that waits like it) drains every stream, and
+// exclusively by cudaStreamDestroy to delete one, so a stream is never deleted while drained.
+std::shared_mutex g_stream_lifetimes;
 
 // Every live stream, for cudaDeviceSynchronize; the legacy default stream (nullptr) is one too.
 std::set<CUstream_st*>& Streams() {
@@ -203,6 +207,7 @@ cudaError_t Drain(CUstream_st* s) {
 
 cudaError_t DrainAll() {
   Resolve(nullptr);  // registers the legacy stream (it takes the lock itself)
+  std::shared_lock<std::shared_mutex> alive(g_stream_lifetimes);
   std::vector<CUstream_st*> streams;
   {
     std::lock_guard<std::mutex> lock(g_streams_mu);
@@ -367,6 +372,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr) return Refuse(cudaErrorInvalidResourceHandle, "destroying stream 0");
   // The hardware finishes work queued before the destroy.
   const cudaError_t err = simt::Drain(stream);
+  std::unique_lock<std::shared_mutex> deleting(simt::g_stream_lifetimes);
   {
     std::lock_guard<std::mutex> lock(simt::g_streams_mu);
     simt::Streams().erase(stream);
