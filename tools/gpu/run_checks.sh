@@ -26,6 +26,15 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     rc=$?
     [ $rc -eq 0 ] || status=1
     echo "== $t rc=$rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
+    # A skipped Cuda test did not use the GPU (the plugin did not load, no device...): that is a
+    # failure here, except for the tests that need the emulator's own switches.
+    skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/$t.log")
+    emulator_only=$(grep -c 'only the emulated cuBLASLt can be made' "$out/$t.log")
+    if [ "$skipped" -gt "$emulator_only" ]; then
+      status=1
+      echo "== $t: $((skipped - emulator_only)) Cuda test(s) SKIPPED, so not run on the GPU; why:"
+      grep -A1 -E ': Skipped$' "$out/$t.log" | grep -vE ': Skipped$|^--$|only the emulated' | sort | uniq -c | head -5
+    fi
     grep -E '^\[  FAILED  \]|Failure|rel_err|error' "$out/$t.log" | head -40
   done
 fi
