@@ -115,27 +115,25 @@ absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Build(cublasLtHandle_t handl
   absl::Status s = check("cublasLtMatmulDescCreate",
                          cublasLtMatmulDescCreate(&plan->desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   if (!s.ok()) return s;
+  // One descriptor attribute, passed with the size of its value's type (cuBLASLt checks it).
+  auto set_desc = [&](const char* op, cublasLtMatmulDescAttributes_t attribute, const auto& value) {
+    return check(op, cublasLtMatmulDescSetAttribute(plan->desc_, attribute, &value, sizeof(value)));
+  };
   const cublasOperation_t trans_a = key.layout == WeightLayout::kOutIn ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t trans_b = CUBLAS_OP_N;
-  s = check("cublasLtMatmulDescSetAttribute(TRANSA)",
-            cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                           sizeof(trans_a)));
+  s = set_desc("cublasLtMatmulDescSetAttribute(TRANSA)", CUBLASLT_MATMUL_DESC_TRANSA, trans_a);
   if (!s.ok()) return s;
-  s = check("cublasLtMatmulDescSetAttribute(TRANSB)",
-            cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                           sizeof(trans_b)));
+  s = set_desc("cublasLtMatmulDescSetAttribute(TRANSB)", CUBLASLT_MATMUL_DESC_TRANSB, trans_b);
   if (!s.ok()) return s;
   if (bias_epilogue) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    s = check("cublasLtMatmulDescSetAttribute(EPILOGUE)",
-              cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                             sizeof(epilogue)));
+    s = set_desc("cublasLtMatmulDescSetAttribute(EPILOGUE)", CUBLASLT_MATMUL_DESC_EPILOGUE,
+                 epilogue);
     if (!s.ok()) return s;
     // The bias has length m (D's rows, our output features) and is broadcast over D's columns
     // (our rows). Set now because the heuristic reads its alignment from the pointer.
-    s = check("cublasLtMatmulDescSetAttribute(BIAS_POINTER)",
-              cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                             sizeof(bias)));
+    s = set_desc("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                 bias);
     if (!s.ok()) return s;
   }
   // Layouts describe the matrices as stored (before TRANSA/TRANSB).
