@@ -1,7 +1,5 @@
 #include "tests/engine/support/golden_models.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,19 +10,10 @@
 #include "engine/model/arch_traits.h"
 #include "engine/model/tiny_model.h"
 #include "gtest/gtest.h"
+#include "tests/engine/model/temp_dir.h"
 
 namespace manyshot::testing {
 namespace {
-
-std::filesystem::path ProcessTempDir() {
-  static std::filesystem::path dir = [] {
-    auto d =
-        std::filesystem::temp_directory_path() / ("manyshot-golden-" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
 
 DType ParseDType(const std::string& s) {
   if (s == "f16") return DType::kF16;
@@ -52,7 +41,7 @@ const nlohmann::json& ForwardGolden(const std::string& name) {
 
 std::filesystem::path GoldenModelDir(const std::string& name) {
   const nlohmann::json& m = ForwardGolden(name)["model"];
-  auto dir = ProcessTempDir() / name;
+  auto dir = ProcessScratchDir() / name;
   std::lock_guard<std::mutex> lock(Mutex());
   if (!std::filesystem::exists(dir / "config.json")) {
     TinyModelSpec spec;
@@ -72,7 +61,7 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
     spec.rope_theta = m["rope_theta"];
     spec.pre_norm = m.value("pre_norm", true);  // recorded for OPT only
     // Weights never depend on tokenizer files: an empty directory is enough here.
-    auto empty = ProcessTempDir() / "no-tokenizer";
+    auto empty = ProcessScratchDir() / "no-tokenizer";
     std::filesystem::create_directories(empty);
     auto status = WriteTinyModel(spec, empty, dir);
     EXPECT_TRUE(status.ok()) << status;
@@ -92,8 +81,7 @@ const Transformer& GoldenModel(const std::string& name) {
   auto& slot = models[name];
   if (!slot) {
     auto loaded = Transformer::Load(dir, TestBackend());
-    EXPECT_TRUE(loaded.ok()) << loaded.status();
-    slot = *std::move(loaded);
+    slot = ValueOrAbort(std::move(loaded));
   }
   return *slot;
 }
@@ -155,8 +143,7 @@ const Transformer& GoldenModelOn(const std::string& name, const std::string& bac
     options.compute = DType::kF32;
     options.kv = DType::kF32;
     auto loaded = Transformer::Load(dir, *b, options);
-    EXPECT_TRUE(loaded.ok()) << loaded.status();
-    slot = *std::move(loaded);
+    slot = ValueOrAbort(std::move(loaded));
   }
   return *slot;
 }

@@ -2,10 +2,12 @@
 // spec recorded in each golden file) into a per-process temp directory and loaded once.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/prompting/icl_task.h"
@@ -15,6 +17,17 @@
 #include "nlohmann/json.hpp"
 
 namespace manyshot::testing {
+
+// The value of a load the tests cannot go on without; otherwise a test failure naming the error,
+// then abort (rather than a crash on the missing value, with the reason lost).
+template <typename T>
+T ValueOrAbort(absl::StatusOr<T> loaded) {
+  if (!loaded.ok()) {
+    ADD_FAILURE() << loaded.status();
+    std::abort();
+  }
+  return *std::move(loaded);
+}
 
 // tests/golden/forward_<name>.json, parsed.
 const nlohmann::json& ForwardGolden(const std::string& name);

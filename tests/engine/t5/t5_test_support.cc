@@ -1,6 +1,5 @@
 #include "tests/engine/t5/t5_test_support.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -16,12 +15,6 @@ namespace {
 std::mutex& Mutex() {
   static std::mutex m;
   return m;
-}
-
-// A per-process scratch directory, removed at exit.
-const std::filesystem::path& ScratchRoot() {
-  static const TempDir dir;
-  return dir.path();
 }
 
 }  // namespace
@@ -64,7 +57,7 @@ TinyT5Spec T5SpecFromGolden(const nlohmann::json& m) {
 std::filesystem::path T5GoldenModelDir(const std::string& name) {
   const nlohmann::json& golden = T5Golden(name);
   std::lock_guard<std::mutex> lock(Mutex());
-  const std::filesystem::path dir = ScratchRoot() / name;
+  const std::filesystem::path dir = ProcessScratchDir() / name;
   if (!std::filesystem::exists(dir / "config.json")) {
     absl::Status status = WriteTinyT5Model(T5SpecFromGolden(golden["model"]), dir);
     EXPECT_TRUE(status.ok()) << status;
@@ -79,11 +72,7 @@ const T5Model& T5GoldenModel(const std::string& name) {
   auto& slot = models[name];
   if (!slot) {
     auto loaded = T5Model::Load(dir, TestBackend());
-    if (!loaded.ok()) {
-      ADD_FAILURE() << loaded.status();
-      std::abort();
-    }
-    slot = *std::move(loaded);
+    slot = ValueOrAbort(std::move(loaded));
   }
   return *slot;
 }
