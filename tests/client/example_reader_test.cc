@@ -1,11 +1,10 @@
 #include "client/example_reader.h"
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/model/temp_dir.h"
 
 namespace manyshot::client {
 namespace {
@@ -139,16 +138,13 @@ TEST(ExampleReaderTest, FormatsFromNamesAndExtensions) {
 }
 
 TEST(ExampleReaderTest, ReadsFilesAndNamesMissingOnes) {
-  auto path = std::filesystem::temp_directory_path() / "manyshot_example_reader_test.tsv";
-  {
-    std::ofstream out(path);
-    out << "text\tlabel\nhello\tpositive\n";
-  }
+  const manyshot::testing::TempDir dir("manyshot_example_reader_");
+  const auto path = dir.path() / "examples.tsv";
+  manyshot::testing::WriteFile(path, "text\tlabel\nhello\tpositive\n");
   auto records = ReadExamples(path.string(), ExampleFormat::kTsv);
   ASSERT_TRUE(records.ok()) << records.status();
   ASSERT_EQ(records->size(), 1u);
   EXPECT_EQ(Field((*records)[0], "label"), "positive");
-  std::filesystem::remove(path);
   auto missing = ReadExamples("/nonexistent/x.tsv", ExampleFormat::kTsv);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message(), "--file=/nonexistent/x.tsv: cannot open");
