@@ -12,6 +12,8 @@ build=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler librocksdb-dev
   libspdlog-dev prometheus-cpp-dev libabsl-dev libopenblas-dev nlohmann-json3-dev
+  # the metrics port's HTTP server (server/metrics_http.h)
+  libcpp-httplib-dev
   # checksums for the KV blob format; SHA-256 and constant-time compares for bearer tokens
   libxxhash-dev libssl-dev
   # the google.rpc error-model protos (status, error details), compiled by proto/CMakeLists.txt
@@ -21,7 +23,7 @@ build=(
 )
 runtime=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 libssl3
-  libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1
+  libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libcpp-httplib0.11
   libopenblas0-pthread libgfortran5 libquadmath0 libxxhash0
   # RocksDB is linked statically; these are its compression libraries
   libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g

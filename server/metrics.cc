@@ -1,17 +1,10 @@
 #include "server/metrics.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <iterator>
 
-#include <atomic>
-#include <chrono>
-#include <exception>
-#include <thread>
-
-#include "absl/strings/str_cat.h"
 #include "prometheus/gauge.h"
 #include "server/build_info.h"
+#include "server/metrics_http.h"
 #include "server/process_metrics.h"
 
 namespace manyshot::server {
@@ -40,10 +33,15 @@ void Metrics::SetModel(const std::string& model_type, const std::string& archite
       .Set(1);
 }
 
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_shared<ProcessMetrics>()),
+      collectables_{registry_, process_} {}
+
+Metrics::~Metrics() = default;
+
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& address) {
   std::unique_ptr<Metrics> metrics(new Metrics());
-  metrics->registry_ = std::make_shared<prometheus::Registry>();
-  metrics->process_ = std::make_shared<ProcessMetrics>();
   prometheus::BuildGauge()
       .Name("manyshot_build_info")
       .Help("Always 1; labels describe the build.")
@@ -54,70 +52,33 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& addre
             {"cuda_built", kCudaEnabled ? "true" : "false"}})
       .Set(1);
   if (address.empty()) return metrics;
-  try {
-    // civetweb takes "host:port"; a single thread is plenty for scrapes.
-    metrics->exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve /metrics on --metrics_address=", address, ": ", e.what()));
-  }
-  metrics->exposer_->RegisterCollectable(metrics->registry_);
-  metrics->exposer_->RegisterCollectable(metrics->process_);
-  metrics->address_ = address;
-  auto ports = metrics->exposer_->GetListeningPorts();
-  metrics->port_ = ports.empty() ? 0 : ports.front();
+  auto http = MetricsHttpServer::Start(address, [m = metrics.get()] { return m->Collect(); });
+  if (!http.ok()) return http.status();
+  metrics->http_ = *std::move(http);
+  metrics->port_ = metrics->http_->port();
   return metrics;
 }
 
 void Metrics::Register(std::shared_ptr<prometheus::Collectable> collectable) {
-  if (exposer_) exposer_->RegisterCollectable(collectable);
+  std::lock_guard<std::mutex> lock(collectables_mutex_);
+  collectables_.push_back(collectable);
 }
 
-namespace {
-
-// The host to connect to for reaching a server bound to `address` ("host:port", "[v6]:port").
-std::string LocalHostOf(const std::string& address) {
-  std::string host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "0.0.0.0") return "127.0.0.1";
-  if (host == "::") return "::1";
-  return host;
-}
-
-// One TCP connection to host:port, closed at once; false when it could not connect.
-bool Poke(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
-  bool connected = false;
-  for (addrinfo* a = found; a != nullptr && !connected; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return connected;
-}
-
-}  // namespace
-
-Metrics::~Metrics() {
-  if (!exposer_) return;
-  // civetweb's listener polls its socket for up to 2 s before it sees the stop flag, so stopping
-  // the exposer of an idle server took up to 2 s. Connections wake the poll: they are made until
-  // the exposer is gone (the first after the stop flag is set ends the listener at once).
-  std::atomic<bool> stopped{false};
-  std::thread waker([&stopped, host = LocalHostOf(address_), port = port_] {
-    while (!stopped.load()) {
-      if (!Poke(host, port)) return;  // nothing listens any more
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+std::vector<prometheus::MetricFamily> Metrics::Collect() {
+  std::vector<std::shared_ptr<prometheus::Collectable>> alive;
+  {
+    std::lock_guard<std::mutex> lock(collectables_mutex_);
+    for (const auto& weak : collectables_) {
+      if (auto collectable = weak.lock()) alive.push_back(std::move(collectable));
     }
-  });
-  exposer_.reset();
-  stopped.store(true);
-  waker.join();
+  }
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& collectable : alive) {
+    auto more = collectable->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()),
+                    std::make_move_iterator(more.end()));
+  }
+  return families;
 }
 
 }  // namespace manyshot::server

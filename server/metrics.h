@@ -3,14 +3,17 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "prometheus/exposer.h"
+#include "prometheus/collectable.h"
 #include "prometheus/registry.h"
 
 namespace manyshot::server {
 
+class MetricsHttpServer;
 class ProcessMetrics;
 
 class Metrics {
@@ -20,7 +23,8 @@ class Metrics {
   ~Metrics();
 
   prometheus::Registry& registry() { return *registry_; }
-  // Adds a scrape-time collector to /metrics (no-op when not serving).
+  // Adds a scrape-time collector to /metrics. Only a weak pointer is kept: a collector that is
+  // gone is skipped.
   void Register(std::shared_ptr<prometheus::Collectable> collectable);
   // manyshot_backend_info{backend, device, compute_dtype, kv_dtype} 1: what is running (the build
   // info says what was built).
@@ -32,11 +36,16 @@ class Metrics {
   int port() const { return port_; }
 
  private:
-  Metrics() = default;
+  Metrics();
+  // Every registered collectable's families, for one scrape.
+  std::vector<prometheus::MetricFamily> Collect();
+
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<ProcessMetrics> process_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string address_;  // --metrics_address
+  std::mutex collectables_mutex_;
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
+  // Declared last: stopped first, before what its scrapes read.
+  std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
 };
 

@@ -1,5 +1,5 @@
 // cuBLASLt, loaded on first use with dlopen instead of linked. Linking libcublasLt.so.13 into a
-// process stops civetweb (prometheus-cpp's /metrics server) from starting: CivetServer's
+// process stopped civetweb (the /metrics server manyshot used before) from starting: CivetServer's
 // constructor fails with "null context" in any process that merely links it, GPU or not (seen
 // with a 10-line program on Debian 12 and CUDA 13.0). Loading it here, when the CUDA backend
 // makes its first cuBLASLt call, keeps it out of every process that does not use the CUDA backend

@@ -2,9 +2,10 @@
 // engine/backends/backend_factory.cc when a process first asks for CUDA. It is never linked into an
 // executable, because the CUDA runtime's and cuBLASLt's thread-local storage (4 KiB-aligned, and
 // 92 KiB for cuBLASLt) then joins the static TLS block that glibc carves out of every thread's
-// stack: civetweb (prometheus-cpp's /metrics server) runs its workers on small fixed stacks and
-// crashed or failed to start in any process that linked them (with OpenBLAS's 60 KiB of TLS
-// beside them). A dlopen()ed library's TLS is allocated per thread on first use instead.
+// stack: a library that runs threads on small fixed stacks (civetweb, the /metrics server manyshot
+// used before, on 100 KiB) crashed or failed to start in any process that linked them (with
+// OpenBLAS's 60 KiB of TLS beside them). A dlopen()ed library's TLS is allocated per thread on
+// first use instead.
 //
 // One C entry point hands out the plugin's functions; both sides are built from this tree by
 // the same compiler against the same absl, so C++ types cross the boundary unchanged.

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -65,35 +66,58 @@ std::shared_ptr<grpc::Channel> ServerUnderTest::Channel() const {
   return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
 }
 
-HttpResponse HttpGet(int port, const std::string& path) {
-  HttpResponse response;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+std::optional<std::string> HttpExchange(int port, std::string_view raw, bool half_close,
+                                        std::chrono::milliseconds limit) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return response;
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return std::nullopt;
   }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return response;
+  // The server may answer and close before reading everything (a refused body): a failed write
+  // is not an error, and MSG_NOSIGNAL keeps a reset connection from raising SIGPIPE.
+  for (size_t sent = 0; sent < raw.size();) {
+    ssize_t n = send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
   }
-  std::string raw;
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, static_cast<size_t>(n));
+  if (half_close) shutdown(fd, SHUT_WR);
+  std::string answer;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      close(fd);
+      return std::nullopt;  // still open at the deadline
+    }
+    char buf[65536];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;  // closed (or reset)
+    answer.append(buf, static_cast<size_t>(n));
+  }
   close(fd);
-  auto header_end = raw.find("\r\n\r\n");
+  return answer;
+}
+
+HttpResponse HttpGet(int port, const std::string& path) {
+  HttpResponse response;
+  auto raw = HttpExchange(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+                          /*half_close=*/false);
+  if (!raw) return response;
+  auto header_end = raw->find("\r\n\r\n");
   if (header_end == std::string::npos) return response;
-  std::istringstream headers(raw.substr(0, header_end));
+  std::istringstream headers(raw->substr(0, header_end));
   std::string http_version;
   headers >> http_version >> response.status;
   for (std::string line; std::getline(headers, line);) {
     if (line.rfind("Content-Type:", 0) == 0) response.content_type = line.substr(14);
   }
-  response.body = raw.substr(header_end + 4);
+  response.body = raw->substr(header_end + 4);
   return response;
 }
 

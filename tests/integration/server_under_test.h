@@ -1,8 +1,11 @@
 // The real manyshot-server binary on 127.0.0.1 with ephemeral gRPC and metrics ports.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "grpcpp/channel.h"
@@ -51,5 +54,13 @@ struct HttpResponse {
   std::string body;
 };
 HttpResponse HttpGet(int port, const std::string& path);
+
+// Sends `raw` bytes to 127.0.0.1:port and returns everything the server answered until it closed
+// the connection (at most `limit` for the whole exchange). With `half_close` the sending side is
+// closed after `raw`, so an incomplete request ends at once instead of at the server's read
+// timeout; the metrics server then drops the connection without an answer, as it may. nullopt
+// when nothing could connect or the server did not close in time.
+std::optional<std::string> HttpExchange(int port, std::string_view raw, bool half_close,
+                                        std::chrono::milliseconds limit = std::chrono::seconds(30));
 
 }  // namespace manyshot::testing

@@ -326,12 +326,37 @@ def rpc_seeds():
     rpc("server_info", "GetServerInfo", b"")
 
 
+# --- metrics_http ----------------------------------------------------------------------------
+
+def metrics_http_seeds():
+    """Raw HTTP requests for the metrics port: scrapes, other paths, methods, bodies, pipelining."""
+    seeds = {
+        "scrape": "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n"
+                  "User-Agent: Prometheus/2.42.0\r\nAccept: text/plain;version=0.0.4\r\n"
+                  "Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n",
+        "root_http10": "GET / HTTP/1.0\r\n\r\n",
+        "favicon": "GET /favicon.ico HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+        "head": "HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+        "post_body": "POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nbody",
+        "chunked": "POST /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "4\r\nbody\r\n0\r\n\r\n",
+        "range": "GET /metrics HTTP/1.1\r\nRange: bytes=0-10,20-\r\n\r\n",
+        "pipelined": "GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET /metrics?y=1 HTTP/1.1\r\n"
+                     "Host: a\r\nConnection: close\r\n\r\n",
+        "percent": "GET /%2e%2e/%00%ff?a=%zz HTTP/1.1\r\n\r\n",
+        "options_star": "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+    }
+    for name, text in seeds.items():
+        write("metrics_http", name, text)
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
     safetensors_seeds()
     config_seeds()
     rpc_seeds()
+    metrics_http_seeds()
     # A fixed work directory: SentencePiece records the model's path prefix in the model.
     work = os.path.join(tempfile.gettempdir(), "manyshot_fuzz_seeds")
     shutil.rmtree(work, ignore_errors=True)

@@ -29,7 +29,7 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
-all_targets=(safetensors config_json tokenizer_json vocab_merges tokenizer_model rpc)
+all_targets=(safetensors config_json tokenizer_json vocab_merges tokenizer_model rpc metrics_http)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all_targets[@]}")
 
 # Largest input each target is given: room for the seeds' size and some growth, no more, since
@@ -44,10 +44,11 @@ max_len() {
 
 # libFuzzer's per-input leak check runs LeakSanitizer whenever an input's mallocs outnumber its
 # frees, which the in-process server's own threads make true for almost every RPC input: it halves
-# that target's rate. For rpc, leaks are checked once, when the process exits (ASAN_OPTIONS below).
+# that target's rate. For rpc and metrics_http (whose servers run threads of their own), leaks are
+# checked once, when the process exits (ASAN_OPTIONS below).
 per_input_leaks() {
   case "$1" in
-    rpc) echo 0 ;;
+    rpc | metrics_http) echo 0 ;;
     *) echo 1 ;;
   esac
 }
