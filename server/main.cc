@@ -12,6 +12,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "server/build_info.h"
+#include "server/config_check.h"
 #include "server/logging.h"
 #include "server/server_app.h"
 #include "spdlog/spdlog.h"
@@ -189,9 +190,9 @@ int main(int argc, char** argv) {
   ::umask(077);
   manyshot::server::ServerConfig config = ConfigFromFlags();
 
-  if (config.threads < 0) {
-    std::fprintf(stderr, "manyshot-server: --threads=%d: must be 0 (every core) or more\n",
-                 config.threads);
+  // Every flag is checked before any work (no data directory, model or port yet).
+  if (auto status = manyshot::server::ValidateServerConfig(config); !status.ok()) {
+    std::fprintf(stderr, "manyshot-server: %s\n", std::string(status.message()).c_str());
     return 2;
   }
   if (auto status = manyshot::server::ConfigureLogging(config.log_level, config.log_format);

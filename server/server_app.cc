@@ -13,6 +13,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/auth.h"
+#include "server/config_check.h"
 #include "server/dtype_flag.h"
 #include "spdlog/spdlog.h"
 
@@ -83,10 +84,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& config) {
   std::unique_ptr<ServerApp> app(new ServerApp());
   app->config_ = config;
-  if (config.max_stream_inflight == 0 || config.max_server_inflight == 0) {
-    return absl::InvalidArgumentError(
-        "--max_stream_inflight and --max_server_inflight must be at least 1");
-  }
+  if (auto status = ValidateServerConfig(config); !status.ok()) return status;
   // Protobuf logs why it rejected a message (e.g. invalid UTF-8 in a field) to stderr, bypassing
   // the log format; the service reports each bad request itself, so these are debug lines.
   google::protobuf::SetLogHandler(
