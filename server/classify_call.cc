@@ -1,6 +1,7 @@
 #include "server/classify_call.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
 #include "server/task_spec.h"
 
 namespace manyshot::server {
@@ -39,10 +40,19 @@ absl::StatusOr<v1::ClassifyResponse> ToResponse(const v1::TaskSpec& spec,
 
 }  // namespace
 
+absl::Status CheckRequestId(const std::string& request_id) {
+  if (request_id.size() <= kMaxRequestIdBytes) return absl::OkStatus();
+  return InvalidFieldError("request_id", absl::StrCat("request_id has ", request_id.size(),
+                                                      " bytes, more than ", kMaxRequestIdBytes,
+                                                      "; use a short identifier such as a "
+                                                      "UUID"));
+}
+
 void StartClassify(ServiceParts& parts, const std::string& tenant,
                    const v1::ClassifyRequest& request, Scheduler::AbandonFlag abandoned,
                    ClassifyCallDone done) {
   const ServerConfig& config = parts.config;
+  if (auto s = CheckRequestId(request.request_id()); !s.ok()) return done(s);
   if (request.inputs_size() == 0) return done(absl::InvalidArgumentError("inputs is empty"));
   if (static_cast<uint32_t>(request.inputs_size()) > config.max_batch_inputs) {
     return done(absl::InvalidArgumentError(absl::StrCat("inputs has ", request.inputs_size(),

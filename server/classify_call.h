@@ -14,6 +14,13 @@
 
 namespace manyshot::server {
 
+// The longest request_id a ClassifyRequest may carry: an identifier (a UUID is 36 bytes) that the
+// answer echoes, so a stream of pending requests cannot make the server hold megabytes of them.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+
+// OK, or INVALID_ARGUMENT naming request_id when it is longer than kMaxRequestIdBytes.
+absl::Status CheckRequestId(const std::string& request_id);
+
 using ClassifyCallDone = std::function<void(absl::StatusOr<v1::ClassifyResponse>)>;
 
 // Calls `done` exactly once: on this thread when the request is invalid or refused, on a

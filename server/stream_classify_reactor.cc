@@ -43,8 +43,10 @@ void StreamClassifyReactor::OnReadDone(bool ok) {
     return;
   }
   const auto request_start = std::chrono::steady_clock::now();
-  absl::Status refused;
-  {
+  absl::Status refused = CheckRequestId(request.request_id());
+  if (!refused.ok()) {
+    request.clear_request_id();  // never echoed back, never held
+  } else {
     std::lock_guard<std::mutex> lock(mutex_);
     if (inflight_ >= parts_.config.max_stream_inflight) {
       refused =

@@ -198,3 +198,49 @@ TEST(StreamLimitsTest, OneCreateTaskUploadBuffersAtMostMaxUploadBytes) {
 
 }  // namespace
 }  // namespace manyshot::testing
+
+namespace manyshot::testing {
+namespace {
+
+// A request_id is an identifier the answer echoes: a long one is refused at once (never held while
+// queued, never echoed), on StreamClassify and on Classify, and the stream goes on.
+TEST(StreamLimitsTest, LongRequestIdsAreRefusedNotHeld) {
+  TempDir dir;
+  ServerUnderTest server(dir.path() / "data", {});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  auto created = CreateTask(*stub, kTask, Sst2Spec(), Sst2Demonstrations());
+  ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  const std::string longest(128, 'i');
+  const std::string too_long(512 * 1024, 'x');
+
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = stub->StreamClassify(&context);
+  ASSERT_TRUE(stream->Write(Request(too_long)));
+  v1::ClassifyResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.error().code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_NE(response.error().message().find("request_id has 524288 bytes, more than 128"),
+            std::string::npos)
+      << response.error().message().substr(0, 200);
+  EXPECT_EQ(DetailsOf(response.error()).fields, std::vector<std::string>{"request_id"});
+  EXPECT_TRUE(response.request_id().empty());
+  EXPECT_LT(response.ByteSizeLong(), 4096u);
+  ASSERT_TRUE(stream->Write(Request(longest)));
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), longest);
+  EXPECT_EQ(response.error().code(), 0) << response.error().message();
+  EXPECT_EQ(response.results_size(), 1);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+
+  grpc::ClientContext unary;
+  v1::ClassifyResponse out;
+  grpc::Status status = stub->Classify(&unary, Request(too_long), &out);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("request_id has"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace manyshot::testing
