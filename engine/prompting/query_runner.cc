@@ -57,46 +57,46 @@ static double TokenLogProb(const float* logits, int64_t vocab, int32_t token) {
   return static_cast<double>(logits[token]) - max - std::log(sum);
 }
 
-absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
-    const Transformer& model, const EncodedContext* context, const QueryPlacement& placement,
-    int32_t bos_id, const std::vector<QueryWithCandidates>& items) {
-  const size_t n = items.size();
-  std::vector<std::vector<int32_t>> tokens(n), positions(n);
+namespace {
+
+// The queries of a ScoreCandidates call as one forward batch: each query's tokens (after its own
+// BOS under a structured placement), positions and K/V cache, and the row whose logits score
+// every candidate's first token.
+struct QueryBatch {
+  std::vector<std::vector<int32_t>> tokens, positions;
+  std::vector<std::vector<int64_t>> rows;
   std::vector<KvCache> caches;
-  std::vector<std::vector<int64_t>> rows(n);
-  caches.reserve(n);
+};
+
+absl::StatusOr<QueryBatch> MakeQueryBatch(const Transformer& model, const QueryPlacement& placement,
+                                          int32_t bos_id,
+                                          const std::vector<QueryWithCandidates>& items) {
+  const size_t n = items.size();
+  QueryBatch q;
+  q.tokens.resize(n);
+  q.positions.resize(n);
+  q.rows.resize(n);
+  q.caches.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (items[i].query.empty() && !placement.own_bos) {
       return absl::InvalidArgumentError(absl::StrCat("query ", i, " has no tokens"));
     }
     if (placement.own_bos) {
-      tokens[i].push_back(bos_id);
-      positions[i].push_back(0);
+      q.tokens[i].push_back(bos_id);
+      q.positions[i].push_back(0);
     }
     for (size_t t = 0; t < items[i].query.size(); ++t) {
-      tokens[i].push_back(items[i].query[t]);
-      positions[i].push_back(placement.first_position + static_cast<int32_t>(t));
+      q.tokens[i].push_back(items[i].query[t]);
+      q.positions[i].push_back(placement.first_position + static_cast<int32_t>(t));
     }
-    rows[i] = {static_cast<int64_t>(tokens[i].size()) - 1};
-    caches.push_back(model.NewCache(static_cast<int64_t>(tokens[i].size()) + 8));
+    q.rows[i] = {static_cast<int64_t>(q.tokens[i].size()) - 1};
+    q.caches.push_back(model.NewCache(static_cast<int64_t>(q.tokens[i].size()) + 8));
   }
-  std::vector<ForwardSequence> batch(n);
-  for (size_t i = 0; i < n; ++i) {
-    batch[i] = {tokens[i], positions[i], &caches[i], rows[i]};
-    Apply(placement, batch[i]);
-  }
-  auto first = model.Forward(batch, Kv(context));
-  if (!first.ok()) return first.status();
-  const int64_t vocab = first->vocab_size;
+  return q;
+}
 
-  std::vector<std::vector<CandidateScore>> scores(n);
-  // Second pass: every candidate with more than one token, forked from its query.
-  std::vector<KvCache> forks;
-  std::vector<std::pair<size_t, size_t>> owners;  // (item, candidate)
-  std::vector<std::vector<int32_t>> cand_positions;
-  std::vector<std::vector<int64_t>> cand_rows;
-  for (size_t i = 0; i < n; ++i) {
-    scores[i].resize(items[i].candidates.size());
+absl::Status CheckCandidateTokens(const std::vector<QueryWithCandidates>& items, int64_t vocab) {
+  for (size_t i = 0; i < items.size(); ++i) {
     for (size_t c = 0; c < items[i].candidates.size(); ++c) {
       const auto& cand = items[i].candidates[c];
       if (cand.empty()) {
@@ -109,42 +109,99 @@ absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
                                                          t, " outside the vocabulary"));
         }
       }
-      scores[i][c].tokens = static_cast<int64_t>(cand.size());
-      scores[i][c].sum_logprob = TokenLogProb(first->row(i), vocab, cand[0]);
-      if (cand.size() > 1) {
-        auto fork = caches[i].Clone();
-        if (!fork.ok()) return fork.status();
-        forks.push_back(*std::move(fork));
-        owners.push_back({i, c});
-      }
     }
   }
-  if (!forks.empty()) {
-    std::vector<ForwardSequence> cand_batch(forks.size());
-    cand_positions.resize(forks.size());
-    cand_rows.resize(forks.size());
-    for (size_t f = 0; f < forks.size(); ++f) {
-      const auto [i, c] = owners[f];
-      const auto& cand = items[i].candidates[c];
-      const int32_t start = positions[i].back() + 1;
-      for (size_t t = 0; t + 1 < cand.size(); ++t) {
-        cand_positions[f].push_back(start + static_cast<int32_t>(t));
-        cand_rows[f].push_back(static_cast<int64_t>(t));
-      }
-      cand_batch[f] = {absl::Span<const int32_t>(cand).subspan(0, cand.size() - 1),
-                       cand_positions[f], &forks[f], cand_rows[f]};
-      Apply(placement, cand_batch[f]);
+  return absl::OkStatus();
+}
+
+// Adds the log-probabilities of tokens 1.. of the candidates `owners[begin, end)` (item,
+// candidate), each run on its own copy of its query's K/V in one forward pass.
+absl::Status ScoreCandidateTails(const Transformer& model, const EncodedContext* context,
+                                 const QueryPlacement& placement,
+                                 const std::vector<QueryWithCandidates>& items,
+                                 const QueryBatch& queries,
+                                 const std::vector<std::pair<size_t, size_t>>& owners, size_t begin,
+                                 size_t end, std::vector<std::vector<CandidateScore>>& scores) {
+  const size_t count = end - begin;
+  std::vector<KvCache> forks;
+  forks.reserve(count);
+  std::vector<std::vector<int32_t>> positions(count);
+  std::vector<std::vector<int64_t>> rows(count);
+  std::vector<ForwardSequence> batch(count);
+  for (size_t f = 0; f < count; ++f) {
+    const auto [i, c] = owners[begin + f];
+    auto fork = queries.caches[i].Clone();
+    if (!fork.ok()) return fork.status();
+    forks.push_back(*std::move(fork));
+    const auto& cand = items[i].candidates[c];
+    const int32_t start = queries.positions[i].back() + 1;
+    for (size_t t = 0; t + 1 < cand.size(); ++t) {
+      positions[f].push_back(start + static_cast<int32_t>(t));
+      rows[f].push_back(static_cast<int64_t>(t));
     }
-    auto second = model.Forward(cand_batch, Kv(context));
-    if (!second.ok()) return second.status();
-    size_t row = 0;
-    for (size_t f = 0; f < forks.size(); ++f) {
-      const auto [i, c] = owners[f];
-      const auto& cand = items[i].candidates[c];
-      for (size_t t = 1; t < cand.size(); ++t, ++row) {
-        scores[i][c].sum_logprob += TokenLogProb(second->row(row), vocab, cand[t]);
-      }
+    batch[f] = {absl::Span<const int32_t>(cand).subspan(0, cand.size() - 1), positions[f],
+                &forks[f], rows[f]};
+    Apply(placement, batch[f]);
+  }
+  auto logits = model.Forward(batch, Kv(context));
+  if (!logits.ok()) return logits.status();
+  size_t row = 0;
+  for (size_t f = 0; f < count; ++f) {
+    const auto [i, c] = owners[begin + f];
+    const auto& cand = items[i].candidates[c];
+    for (size_t t = 1; t < cand.size(); ++t, ++row) {
+      scores[i][c].sum_logprob += TokenLogProb(logits->row(row), logits->vocab_size, cand[t]);
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
+    const Transformer& model, const EncodedContext* context, const QueryPlacement& placement,
+    int32_t bos_id, const std::vector<QueryWithCandidates>& items) {
+  auto queries = MakeQueryBatch(model, placement, bos_id, items);
+  if (!queries.ok()) return queries.status();
+  const size_t n = items.size();
+  std::vector<ForwardSequence> batch(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch[i] = {queries->tokens[i], queries->positions[i], &queries->caches[i], queries->rows[i]};
+    Apply(placement, batch[i]);
+  }
+  auto first = model.Forward(batch, Kv(context));
+  if (!first.ok()) return first.status();
+  if (auto s = CheckCandidateTokens(items, first->vocab_size); !s.ok()) return s;
+
+  // First tokens from the queries' own rows; the candidates with more tokens continue below.
+  std::vector<std::vector<CandidateScore>> scores(n);
+  std::vector<std::pair<size_t, size_t>> owners;  // (item, candidate) with more than one token
+  for (size_t i = 0; i < n; ++i) {
+    scores[i].resize(items[i].candidates.size());
+    for (size_t c = 0; c < items[i].candidates.size(); ++c) {
+      const auto& cand = items[i].candidates[c];
+      scores[i][c].tokens = static_cast<int64_t>(cand.size());
+      scores[i][c].sum_logprob = TokenLogProb(first->row(i), first->vocab_size, cand[0]);
+      if (cand.size() > 1) owners.push_back({i, c});
+    }
+  }
+  // The continuations in passes of at most kMaxScoredRowsPerPass logits rows (and as many K/V
+  // copies), so memory stays bounded however many labels, answer tokens and inputs a request has.
+  for (size_t begin = 0; begin < owners.size();) {
+    size_t end = begin, rows = 0;
+    while (end < owners.size()) {
+      const auto [i, c] = owners[end];
+      const size_t more = items[i].candidates[c].size() - 1;
+      if (end > begin && rows + more > kMaxScoredRowsPerPass) break;
+      rows += more;
+      ++end;
+    }
+    if (auto s = ScoreCandidateTails(model, context, placement, items, *queries, owners, begin, end,
+                                     scores);
+        !s.ok()) {
+      return s;
+    }
+    begin = end;
   }
   for (auto& per_item : scores) {
     for (auto& s : per_item) s.mean_logprob = s.sum_logprob / static_cast<double>(s.tokens);

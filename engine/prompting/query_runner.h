@@ -36,8 +36,14 @@ struct QueryWithCandidates {
   std::vector<std::vector<int32_t>> candidates;  // each non-empty
 };
 
-// Scores every candidate of every query. One forward pass runs all queries together; a second
-// runs all multi-token candidates together, each on a copy of its query's K/V.
+// The most logits rows (and K/V copies of queries) one continuation pass of ScoreCandidates
+// computes: a request with many long labels runs several passes instead of holding a
+// vocabulary-sized row for every label token of every input at once.
+inline constexpr size_t kMaxScoredRowsPerPass = 256;
+
+// Scores every candidate of every query. One forward pass runs all queries together; then the
+// multi-token candidates run, each on a copy of its query's K/V, in passes of at most
+// kMaxScoredRowsPerPass continuation tokens.
 absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
     const Transformer& model, const EncodedContext* context, const QueryPlacement& placement,
     int32_t bos_id, const std::vector<QueryWithCandidates>& items);

@@ -44,26 +44,44 @@ absl::StatusOr<std::vector<std::vector<T5CandidateScore>>> ScoreT5CandidatesForI
     tokens[i].insert(tokens[i].end(), cand.begin(), cand.end() - 1);
     for (size_t r = 0; r < cand.size(); ++r) rows[i].push_back(static_cast<int64_t>(r));
   }
-  // Every (input, candidate) pair is a sequence of one decoder pass, with its own cache.
-  std::vector<KvCache> caches;
-  caches.reserve(inputs.size() * candidates.size());
-  std::vector<T5DecoderSequence> batch;
-  for (int64_t input : inputs) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      caches.push_back(model.NewDecoderCache(static_cast<int64_t>(candidates[i].size())));
-      batch.push_back({tokens[i], &caches.back(), &encoded, input, rows[i]});
-    }
+  // Every (input, candidate) pair is a sequence of a decoder pass, with its own cache; a pass
+  // holds at most kMaxT5ScoredRowsPerPass logits rows, so memory stays bounded however many
+  // inputs, labels and label tokens a request has.
+  std::vector<std::pair<size_t, size_t>> pairs;  // (input index, candidate)
+  for (size_t n = 0; n < inputs.size(); ++n) {
+    for (size_t i = 0; i < candidates.size(); ++i) pairs.push_back({n, i});
   }
-  auto result = model.Decode(batch);
-  if (!result.ok()) return result.status();
   std::vector<std::vector<T5CandidateScore>> scores(
       inputs.size(), std::vector<T5CandidateScore>(candidates.size()));
-  size_t row = 0;
+  for (size_t begin = 0; begin < pairs.size();) {
+    size_t end = begin, rows_in_pass = 0;
+    while (end < pairs.size()) {
+      const size_t more = candidates[pairs[end].second].size();
+      if (end > begin && rows_in_pass + more > kMaxT5ScoredRowsPerPass) break;
+      rows_in_pass += more;
+      ++end;
+    }
+    std::vector<KvCache> caches;
+    caches.reserve(end - begin);
+    std::vector<T5DecoderSequence> batch;
+    for (size_t p = begin; p < end; ++p) {
+      const auto [n, i] = pairs[p];
+      caches.push_back(model.NewDecoderCache(static_cast<int64_t>(candidates[i].size())));
+      batch.push_back({tokens[i], &caches.back(), &encoded, inputs[n], rows[i]});
+    }
+    auto result = model.Decode(batch);
+    if (!result.ok()) return result.status();
+    size_t row = 0;
+    for (size_t p = begin; p < end; ++p) {
+      const auto [n, i] = pairs[p];
+      for (int32_t token : candidates[i]) {
+        scores[n][i].sum_logprob += LogProb(result->row(row++), result->vocab_size, token);
+      }
+    }
+    begin = end;
+  }
   for (auto& per_input : scores) {
     for (size_t i = 0; i < candidates.size(); ++i) {
-      for (int32_t token : candidates[i]) {
-        per_input[i].sum_logprob += LogProb(result->row(row++), result->vocab_size, token);
-      }
       per_input[i].tokens = static_cast<int64_t>(candidates[i].size());
       per_input[i].mean_logprob =
           per_input[i].sum_logprob / static_cast<double>(per_input[i].tokens);

@@ -20,16 +20,20 @@ struct T5CandidateScore {
   int64_t tokens = 0;
 };
 
+// The most logits rows (each vocabulary-sized) one scoring pass computes.
+inline constexpr size_t kMaxT5ScoredRowsPerPass = 256;
+
 // Scores every candidate (decoder token ids, scored exactly as given: append eos_token_id where
 // the label should end there, as T5's tokenizers do for targets) against input `input` of
-// `encoded`, in one batched decoder pass: the decoder reads decoder_start_token_id then the
-// candidate's tokens but its last. INVALID_ARGUMENT for an empty candidate or a bad id.
+// `encoded`, in batched decoder passes of at most kMaxT5ScoredRowsPerPass logits rows: the
+// decoder reads decoder_start_token_id then the candidate's tokens but its last.
+// INVALID_ARGUMENT for an empty candidate or a bad id.
 absl::StatusOr<std::vector<T5CandidateScore>> ScoreT5Candidates(
     const T5Model& model, const T5EncoderOutput& encoded, int64_t input,
     absl::Span<const std::vector<int32_t>> candidates);
 
-// The same for several inputs of `encoded` (ENSEMBLE's prompts), every input and candidate in
-// one decoder pass: result[j] holds the scores against input inputs[j].
+// The same for several inputs of `encoded` (ENSEMBLE's prompts), every input and candidate batched
+// into the same bounded passes: result[j] holds the scores against input inputs[j].
 absl::StatusOr<std::vector<std::vector<T5CandidateScore>>> ScoreT5CandidatesForInputs(
     const T5Model& model, const T5EncoderOutput& encoded, absl::Span<const int64_t> inputs,
     absl::Span<const std::vector<int32_t>> candidates);

@@ -140,6 +140,47 @@ TEST_P(IdentitiesTest, AQueryScoresTheSameAloneAndInBatches) {
   }
 }
 
+// Many long candidates run in several bounded passes (kMaxScoredRowsPerPass rows each): every
+// candidate scores as it does alone, wherever the pass boundaries fall.
+TEST_P(IdentitiesTest, ManyLongCandidatesScoreAsEachAlone) {
+  std::mt19937 rng(16);
+  const int64_t vocab = model().config().vocab_size;
+  std::vector<std::vector<int32_t>> demos;
+  for (int i = 0; i < 6; ++i) demos.push_back(Tokens(rng, vocab, 4));
+  GroupOptions options;
+  options.group_length = 16;
+  auto layout = BuildGroups(demos, options);
+  ASSERT_TRUE(layout.ok());
+  auto context = EncodeGroups(model(), *layout, Bos(model()));
+  ASSERT_TRUE(context.ok());
+  const QueryPlacement placement = StructuredPlacement(16, static_cast<double>(layout->groups()));
+  std::vector<QueryWithCandidates> items(3);
+  size_t rows = 0;
+  for (auto& item : items) {
+    item.query = Tokens(rng, vocab, 3);
+    for (int c = 0; c < 16; ++c) {
+      item.candidates.push_back(Tokens(rng, vocab, 1 + (c * 7) % 30));
+      rows += item.candidates.back().size() - 1;
+    }
+  }
+  ASSERT_GT(rows, 2 * kMaxScoredRowsPerPass);  // at least three passes
+  auto together = ScoreCandidates(model(), &*context, placement, Bos(model()), items);
+  ASSERT_TRUE(together.ok()) << together.status();
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t c = 0; c < items[i].candidates.size(); ++c) {
+      QueryWithCandidates one{items[i].query, {items[i].candidates[c]}};
+      auto alone = ScoreCandidates(model(), &*context, placement, Bos(model()), {one});
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      // The identity tolerance per token: a batch's other rows change f32 rounding a little.
+      const double tolerance =
+          kIdentityTolerance * static_cast<double>(items[i].candidates[c].size());
+      EXPECT_NEAR((*together)[i][c].sum_logprob, (*alone)[0][0].sum_logprob, tolerance)
+          << "item " << i << " candidate " << c;
+      EXPECT_EQ((*together)[i][c].tokens, static_cast<int64_t>(items[i].candidates[c].size()));
+    }
+  }
+}
+
 TEST_P(IdentitiesTest, ParallelIsStructuredWithFactorOneAndFactorMatters) {
   std::mt19937 rng(14);
   const int64_t vocab = model().config().vocab_size;

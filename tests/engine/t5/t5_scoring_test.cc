@@ -61,6 +61,36 @@ TEST_P(T5ScoringTest, GreedyGenerationMatchesReference) {
   }
 }
 
+// Candidates whose tokens exceed one pass (kMaxT5ScoredRowsPerPass rows) run in several: each
+// scores as it does alone, wherever the pass boundaries fall.
+TEST_P(T5ScoringTest, ManyLongCandidatesScoreAsEachAlone) {
+  auto encoded = model().Encode(Inputs(golden()));
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const int64_t vocab = model().config().vocab_size;
+  std::vector<std::vector<int32_t>> candidates;
+  size_t rows = 0;
+  for (int c = 0; c < 24; ++c) {
+    std::vector<int32_t> cand;
+    for (int t = 0; t < 1 + (c * 7) % 30; ++t) {
+      cand.push_back(static_cast<int32_t>(3 + (c * 31 + t * 17) % (vocab - 3)));
+    }
+    rows += cand.size();
+    candidates.push_back(std::move(cand));
+  }
+  const std::vector<int64_t> inputs = {0, 1};
+  ASSERT_GT(rows * inputs.size(), 2 * kMaxT5ScoredRowsPerPass);
+  auto together = ScoreT5CandidatesForInputs(model(), *encoded, inputs, candidates);
+  ASSERT_TRUE(together.ok()) << together.status();
+  for (size_t n = 0; n < inputs.size(); ++n) {
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      auto alone = ScoreT5Candidates(model(), *encoded, inputs[n], {candidates[c]});
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      EXPECT_NEAR((*together)[n][c].sum_logprob, (*alone)[0].sum_logprob, kTolerance)
+          << "input " << n << " candidate " << c;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BothConfigs, T5ScoringTest, ::testing::ValuesIn(kT5Goldens));
 
 // The v1.1 model with its eos_token_id set to the third token its greedy generation of input 0
