@@ -1,9 +1,12 @@
 #include "server/metrics_http.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
@@ -49,6 +52,15 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     response.set_content(prometheus::TextSerializer().Serialize(collect()), kPrometheusTextType);
   });
   http.set_error_handler(DescribeError);
+  // cpp-httplib's defaults add SO_REUSEPORT (a second server could share the port unnoticed) and
+  // listen with a backlog of 5 (a burst of connections is dropped while the workers are busy):
+  // SO_REUSEADDR only, and the listening socket's fd is kept to raise the backlog below.
+  int listening_fd = -1;
+  http.set_socket_options([&listening_fd](int fd) {
+    int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    listening_fd = fd;
+  });
   const auto& [host, port] = *host_port;
   server->port_ =
       port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
@@ -56,6 +68,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot serve /metrics on --metrics_address=", address, ": cannot bind ", host,
                      ":", port, " (in use, or not an address of this machine)"));
+  }
+  // Linux takes a second listen() on a listening socket as a new backlog.
+  if (listen(listening_fd, SOMAXCONN) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on --metrics_address=",
+                                               address, ": listen: ", std::strerror(errno)));
   }
   server->listener_ = std::thread([s = server.get()] { s->Serve(); });
   // stop() is a no-op until the listener runs: wait for it, so the destructor can always stop it.
