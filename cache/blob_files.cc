@@ -25,9 +25,14 @@ constexpr char kTempSuffix[] = ".kv.tmp";
 
 absl::Status ErrnoError(const std::string& what, const std::filesystem::path& path) {
   const int e = errno;
+  if (e == ENOSPC || e == EDQUOT) {
+    // Clients read this: the file's name only, not where the data directory is.
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " ", path.filename().string(), ": ", std::strerror(e),
+                     " on the data directory's disk; delete tasks or free space and retry"));
+  }
   const std::string message = absl::StrCat(what, " ", path.string(), ": ", std::strerror(e));
   if (e == ENOENT) return absl::NotFoundError(message);
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
 }
 

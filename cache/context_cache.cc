@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<ContextCache>> ContextCache::Open(const std::file
   disk_options.chunk_bytes = cache->options_.chunk_bytes;
   disk_options.max_batch_bytes = cache->options_.max_batch_bytes;
   disk_options.sync_task_writes = cache->options_.sync_task_writes;
+  disk_options.reserve_bytes = cache->options_.disk_reserve_bytes;
   disk_options.log = cache->options_.log;
   auto disk = DiskTier::Open(path, std::move(disk_options));
   if (!disk.ok()) return disk.status();
@@ -293,6 +294,8 @@ absl::Status ContextCache::DeleteTask(const std::string& task_id) {
   return absl::OkStatus();
 }
 
+absl::Status ContextCache::ResumeDisk() { return disk_->Resume(); }
+
 CacheStats ContextCache::Stats() const {
   CacheStats s;
   {
@@ -327,6 +330,9 @@ CacheStats ContextCache::Stats() const {
   s.tasks = d.tasks;
   s.tasks_quarantined = d.quarantined_tasks;
   s.corruptions_detected += d.corruptions_detected;
+  s.disk_free_bytes = d.free_bytes;
+  s.disk_writable = d.writable;
+  s.disk_writes_refused = d.writes_refused;
   return s;
 }
 

@@ -33,6 +33,8 @@ struct ContextCacheOptions {
   // memory tier in GPU memory (the server enables it on the CUDA backend only).
   uint64_t host_budget_bytes = 0;
   uint64_t disk_budget_bytes = 0;  // 0 = unlimited
+  // Free space kept on the store's filesystem (DiskTierOptions::reserve_bytes); 0 = none.
+  uint64_t disk_reserve_bytes = 0;
   // The storage dtype on disk (and part of the key): kF32, or kBF16 / kF16 to halve memory and
   // disk at a small accuracy cost (cache/README.md).
   DType kv_dtype = DType::kF32;
@@ -65,7 +67,11 @@ struct CacheStats {
   uint64_t disk_file_bytes = 0;  // RocksDB's SST + blob files
   uint64_t tasks = 0;
   uint64_t tasks_quarantined = 0;  // ready tasks whose stored record is damaged (not served)
+  uint64_t disk_free_bytes = 0;    // on the store's filesystem
+  // Writes can go ahead: the disk reserve is free and the store has no out-of-space error.
+  bool disk_writable = true;
   // Counters.
+  uint64_t disk_writes_refused = 0;  // KV and task writes refused or failed for lack of space
   uint64_t memory_hits = 0;
   uint64_t memory_misses = 0;
   uint64_t memory_evictions = 0;
@@ -113,6 +119,9 @@ class ContextCache {
   std::vector<TaskRecord> ListTasks() const;
   // Tasks whose record Open() found damaged: id -> what failed (DiskTier::QuarantinedTasks).
   std::map<std::string, std::string> QuarantinedTasks() const;
+  // Resumes the store's writes after it ran out of space (DiskTier::Resume); RESOURCE_EXHAUSTED
+  // while the disk is still short of the reserve.
+  absl::Status ResumeDisk();
   std::optional<TaskRecord> GetTask(const std::string& task_id) const;
   // Removes the task (a quarantined one too); its KV leaves both tiers when no other task shares
   // the key (a pinned memory entry is released when its last pin goes).

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/cache_key.h"
+#include "cache/disk_space.h"
 #include "cache/kv_stream.h"
 
 namespace manyshot {
@@ -32,6 +33,13 @@ constexpr char kTasksFamily[] = "tasks";
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
+  // RocksDB's text names files under the data directory: not for clients (logged instead).
+  if (s.IsNoSpace()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(std::string(what),
+                     ": no space left on the data directory's disk; delete tasks or free "
+                     "space, and writes resume"));
+  }
   std::string message = absl::StrCat(std::string(what), ": ", s.ToString());
   if (s.IsNotFound()) return absl::NotFoundError(message);
   if (s.IsCorruption()) return absl::DataLossError(message);
@@ -108,6 +116,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::filesystem::
   }
   std::unique_ptr<DiskTier> tier(new DiskTier());
   tier->options_ = std::move(options);
+  tier->path_ = path;
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   rocksdb::DBOptions db_options;
@@ -190,17 +199,59 @@ void DiskTier::AddBlobDeletion(const std::string& key, rocksdb::WriteBatch* batc
 }
 
 absl::Status DiskTier::CommitLocked(rocksdb::WriteBatch* batch, bool sync, std::string_view what) {
+  if (absl::Status resumed = ResumeLocked(); !resumed.ok()) {
+    doomed_files_.clear();
+    return resumed;
+  }
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  absl::Status s = FromRocks(db_->Write(wo, batch), what);
+  const rocksdb::Status written = db_->Write(wo, batch);
   std::vector<std::string> doomed = std::exchange(doomed_files_, {});
-  if (!s.ok()) return s;
+  if (written.IsNoSpace()) {
+    // RocksDB now refuses every write until resumed (ResumeLocked, on the next write).
+    needs_resume_ = true;
+    ++writes_refused_;
+    Log(LogLevel::kError, absl::StrCat("cache: ", std::string(what), ": ", written.ToString()));
+  }
+  if (absl::Status s = FromRocks(written, what); !s.ok()) return s;
   // Only after the commit: until then a header may still name the file. A file left behind by a
   // crash here is unreferenced and removed by the next Open().
   for (const std::string& key : doomed) {
     if (absl::Status r = files_->Remove(key); !r.ok()) Log(LogLevel::kWarning, r.ToString());
   }
   return absl::OkStatus();
+}
+
+absl::Status DiskTier::CheckRoom(uint64_t bytes, std::string_view what) {
+  auto free = FreeDiskBytes(path_);
+  if (!free.ok()) return free.status();
+  if (*free >= bytes && *free - bytes >= options_.reserve_bytes) return absl::OkStatus();
+  ++writes_refused_;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no room on the data directory's disk for ", std::string(what), ": it needs ", bytes,
+      " bytes, ", *free, " are free and ", options_.reserve_bytes,
+      " stay in reserve (--min_free_disk_bytes); delete tasks or free space and retry"));
+}
+
+absl::Status DiskTier::ResumeLocked() {
+  if (!needs_resume_) return absl::OkStatus();
+  // Only with the reserve free: resuming into a full disk fails the same way at once.
+  if (absl::Status room = CheckRoom(0, "resuming the store"); !room.ok()) return room;
+  const rocksdb::Status resumed = db_->Resume();
+  if (!resumed.ok()) {
+    Log(LogLevel::kError, absl::StrCat("cache: resuming the store failed: ", resumed.ToString()));
+    return absl::ResourceExhaustedError(
+        "the store stopped writing when the data directory's disk was full and cannot resume "
+        "yet; free space and retry");
+  }
+  needs_resume_ = false;
+  Log(LogLevel::kInfo, "cache: the store resumed writing after running out of space");
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::Resume() {
+  std::lock_guard<std::mutex> write_lock(write_mutex_);
+  return ResumeLocked();
 }
 
 // Rebuilds the in-memory index from the database and repairs what a crash can leave behind:
@@ -418,6 +469,7 @@ absl::Status DiskTier::WriteBlobLocked(const std::string& key, const EncodedCont
   header.shape = *shape;
   header.chunk_bytes = options_.chunk_bytes;
   header.total_bytes = shape->PayloadBytes();
+  if (absl::Status room = CheckRoom(header.total_bytes, "the task's KV"); !room.ok()) return room;
   // The payload goes to its own file, durable under its final name before the batch below
   // (header, access time, the caller's records) refers to it.
   auto checksums = files_->WritePayload(key, ctx, backend, options_.chunk_bytes);
@@ -498,6 +550,9 @@ absl::Status DiskTier::PutTask(const TaskRecord& record, const EncodedContext* c
   if (!committed) {
     rocksdb::WriteBatch batch;
     add_records(&batch);
+    if (absl::Status room = CheckRoom(batch.GetDataSize(), "the task record"); !room.ok()) {
+      return room;
+    }
     s = CommitLocked(&batch, options_.sync_task_writes, "write task record");
     if (!s.ok()) return s;
   }
@@ -748,6 +803,11 @@ DiskTier::Stats DiskTier::stats() const {
     if (db_->GetIntProperty(cf, "rocksdb.total-blob-file-size", &v)) s.blob_file_bytes += v;
   }
   s.blob_file_bytes += s.bytes;  // the KV files (their sizes are checked against the headers)
+  auto free = FreeDiskBytes(path_);
+  s.free_bytes = free.ok() ? *free : 0;
+  s.writable = free.ok() && s.free_bytes >= options_.reserve_bytes && s.free_bytes > 0 &&
+               !needs_resume_.load();
+  s.writes_refused = writes_refused_.load();
   return s;
 }
 

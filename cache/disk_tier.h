@@ -16,6 +16,7 @@
 // quarantines a task whose record is damaged instead of failing. See cache/README.md.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -46,6 +47,10 @@ struct DiskTierOptions {
   uint64_t chunk_bytes = uint64_t{16} << 20;  // multiple of 4
   uint64_t max_batch_bytes = uint64_t{64} << 20;
   bool sync_task_writes = true;  // task creates and deletes are durable when they return
+  // Free space kept on the store's filesystem: a blob or task record whose write would leave less
+  // is refused with RESOURCE_EXHAUSTED before anything is written, so that RocksDB's own writes
+  // (its log, its metadata, deletes) still find room. 0: no reserve.
+  uint64_t reserve_bytes = 0;
   LogFn log;
 };
 
@@ -63,6 +68,10 @@ class DiskTier {
     uint64_t old_format_blobs_dropped = 0;  // format 2 blobs dropped at open (re-encoded on use)
     uint64_t sst_bytes = 0;                 // RocksDB's live SST files
     uint64_t blob_file_bytes = 0;           // RocksDB's blob files
+    uint64_t free_bytes = 0;                // on the store's filesystem, now
+    // Writes can go ahead: the reserve is free and RocksDB has no unresolved out-of-space error.
+    bool writable = true;
+    uint64_t writes_refused = 0;  // blobs and records refused for lack of space (or failed so)
   };
 
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const std::filesystem::path& path,
@@ -104,6 +113,11 @@ class DiskTier {
   // Blob keys from least to most recently used.
   std::vector<std::string> BlobsByRecency() const;
 
+  // After RocksDB failed a write for lack of space it refuses every write until resumed: the
+  // next write resumes it when the reserve is free again. This does so now (a caller polling the
+  // store's health); RESOURCE_EXHAUSTED while still short of space.
+  absl::Status Resume();
+
   // Flushes memtables to files (tests that damage files; a clean shutdown does not need it).
   absl::Status Flush();
   Stats stats() const;
@@ -133,11 +147,21 @@ class DiskTier {
   // Writes `batch`, then unlinks the doomed files (none when the write failed). Caller holds
   // write_mutex_ (or is Open()).
   absl::Status CommitLocked(rocksdb::WriteBatch* batch, bool sync, std::string_view what);
+  // OK when `bytes` more leave the reserve free; else RESOURCE_EXHAUSTED saying what is short
+  // (never the data directory's path: the message reaches clients).
+  absl::Status CheckRoom(uint64_t bytes, std::string_view what);
+  // Resumes RocksDB after an out-of-space write error. Caller holds write_mutex_.
+  absl::Status ResumeLocked();
   // Evicts least recently used blobs other than `keep` until the budget holds. Caller holds
   // write_mutex_.
   void EnforceBudgetLocked(const std::string& keep);
   void Touch(const std::string& key);
   void Log(LogLevel level, const std::string& message) const;
+
+  std::filesystem::path path_;
+  // RocksDB failed a write for lack of space; every write fails until Resume() succeeds.
+  std::atomic<bool> needs_resume_{false};
+  std::atomic<uint64_t> writes_refused_{0};
 
   DiskTierOptions options_;
   rocksdb::DB* db_ = nullptr;

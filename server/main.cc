@@ -71,7 +71,11 @@ ABSL_FLAG(uint64_t, host_memory_budget_bytes, 16ull << 30,
           "On the CUDA backend: byte budget of page-locked host memory holding contexts evicted "
           "from GPU memory, before they fall back to RocksDB (0: none)");
 ABSL_FLAG(uint64_t, disk_budget_bytes, 0,
-          "Byte budget of KV blobs in RocksDB; 0 = unlimited (LRU eviction; specs stay)");
+          "Byte budget of the KV payload files (DATA_DIR/cache/kv_files); 0 = unlimited (least "
+          "recently used are evicted; task specs stay and re-encode on use)");
+ABSL_FLAG(uint64_t, min_free_disk_bytes, 64ull << 20,
+          "Free space kept on the data directory's disk: creates that would leave less are "
+          "refused with RESOURCE_EXHAUSTED, and the server does not start with less");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV storage type in memory and on disk: f32, bf16, f16");
 ABSL_FLAG(bool, share_kv_across_tenants, false,
           "Let tenants' tasks with identical content share one KV entry (saves encodes and memory, "
@@ -134,6 +138,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_bytes);
   config.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
+  config.min_free_disk_bytes = absl::GetFlag(FLAGS_min_free_disk_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
   config.share_kv_across_tenants = absl::GetFlag(FLAGS_share_kv_across_tenants);
   config.eager_restore = absl::GetFlag(FLAGS_eager_restore);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "cache/disk_space.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -81,6 +82,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 }  // namespace
 
+namespace {
+
+absl::Status CheckStartRoom(const std::filesystem::path& data_dir, uint64_t min_free) {
+  auto free = FreeDiskBytes(data_dir);
+  if (!free.ok()) return free.status();
+  if (*free >= min_free) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the data directory ", data_dir.string(), " has ", *free,
+      " bytes free on its disk, less than --min_free_disk_bytes=", min_free,
+      ": free space or grow the volume (or lower --min_free_disk_bytes) and start again"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& config) {
   std::unique_ptr<ServerApp> app(new ServerApp());
   app->config_ = config;
@@ -101,6 +116,10 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   auto data_dir = DataDir::Open(config.data_dir);
   if (!data_dir.ok()) return data_dir.status();
   app->data_dir_ = *std::move(data_dir);
+  // RocksDB aborts (an assertion in Debian's build) when it opens on a full disk: refuse first.
+  if (auto room = CheckStartRoom(app->data_dir_->path(), config.min_free_disk_bytes); !room.ok()) {
+    return room;
+  }
 
   auto metrics = Metrics::Start(config.metrics_address);
   if (!metrics.ok()) return metrics.status();
@@ -123,6 +142,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
                                           ? config.gpu_memory_budget_bytes
                                           : config.memory_budget_bytes;
   cache_options.disk_budget_bytes = config.disk_budget_bytes;
+  cache_options.disk_reserve_bytes = config.min_free_disk_bytes;
   // Contexts evicted from GPU memory wait in pinned host memory before falling back to RocksDB.
   if (app->model_->backend->device() == Device::kCUDA) {
     cache_options.host_budget_bytes = config.host_memory_budget_bytes;
@@ -190,6 +210,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   auto* health = app->server_->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus("manyshot.v1.ManyShot", true);
+  app->store_watch_ = std::make_unique<StoreWatch>(*app->cache_, *health);
   spdlog::info(
       "manyshot-server listening grpc={} port={} metrics_port={} data_dir={} tls={} mtls={} "
       "auth={}",
@@ -202,6 +223,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
 void ServerApp::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_ || server_ == nullptr) return;  // never started, or already stopped
   shut_down_ = true;
+  store_watch_.reset();
   server_->GetHealthCheckService()->Shutdown();
   // New work is refused; queued work still runs within the grace period: what is being prepared
   // joins the engine queue first, then the engine queue stops taking work.

@@ -14,6 +14,7 @@
 #include "server/scheduler.h"
 #include "server/server_config.h"
 #include "server/service_metrics.h"
+#include "server/store_watch.h"
 #include "server/task_registry.h"
 
 namespace manyshot::server {
@@ -45,6 +46,8 @@ class ServerApp {
   std::unique_ptr<PreparationPool> preparation_;
   std::unique_ptr<ManyShotService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // After the server: it reports through the server's health service.
+  std::unique_ptr<StoreWatch> store_watch_;
   int grpc_port_ = 0;
   bool shut_down_ = false;
 };

@@ -38,6 +38,9 @@ struct ServerConfig {
   uint64_t gpu_memory_budget_bytes = 8ull << 30;    // the memory tier on the CUDA backend (GPU)
   uint64_t host_memory_budget_bytes = 16ull << 30;  // pinned host tier below it (CUDA only)
   uint64_t disk_budget_bytes = 0;                   // 0 = unlimited
+  // Free space kept on the data directory's disk: creates that would leave less are refused
+  // (RESOURCE_EXHAUSTED) and the server does not start with less, so RocksDB always has room.
+  uint64_t min_free_disk_bytes = 64ull << 20;
   // Tasks of different tenants with identical content share one KV entry (off: per tenant).
   bool share_kv_across_tenants = false;
   std::string kv_dtype = "f32";  // f32, bf16 or f16 (storage on disk and in memory)

@@ -75,6 +75,16 @@ class CacheCollector : public prometheus::Collectable {
     add("manyshot_cache_restores_total", "Contexts loaded from RocksDB.", T::Counter,
         {{"", s.loads}});
     add("manyshot_tasks", "Tasks registered.", T::Gauge, {{"", s.tasks}});
+    add("manyshot_disk_free_bytes", "Free bytes on the data directory's filesystem.", T::Gauge,
+        {{"", s.disk_free_bytes}});
+    add("manyshot_store_writable",
+        "1 while the store accepts writes (the --min_free_disk_bytes reserve is free and no "
+        "out-of-space error is pending); 0 while creates are refused (existing tasks keep "
+        "serving).",
+        T::Gauge, {{"", s.disk_writable ? 1.0 : 0.0}});
+    add("manyshot_disk_writes_refused_total",
+        "KV and task-record writes refused or failed for lack of disk space.", T::Counter,
+        {{"", s.disk_writes_refused}});
     return out;
   }
 
