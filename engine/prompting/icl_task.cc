@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
   }
   task->options_ = std::move(options);
   const TaskOptions& o = task->options_;
+  if (absl::Status labels = task->CheckLabelsFit(); !labels.ok()) return labels;
 
   task->demo_tokens_.reserve(demonstrations.size());
   for (size_t i = 0; i < demonstrations.size(); ++i) {
@@ -217,14 +218,36 @@ absl::StatusOr<std::vector<int32_t>> IclTask::ContinuationTokens(const std::stri
     continuation = *std::move(alone);
   }
   if (continuation.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("the answer \"", answer, "\" has no tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the answer ", QuoteForMessage(answer), " has no tokens"));
   }
   if (static_cast<int64_t>(continuation.size()) > options_.max_answer_tokens) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the answer \"", answer, "\" has ", continuation.size(),
+        absl::StrCat("the answer ", QuoteForMessage(answer), " has ", continuation.size(),
                      " tokens, more than max_answer_tokens ", options_.max_answer_tokens));
   }
   return continuation;
+}
+
+absl::Status IclTask::CheckLabelsFit() const {
+  for (size_t i = 0; i < options_.labels.size(); ++i) {
+    auto answer = answer_template_.Render(options_.labels[i], {{"label", options_.labels[i]}});
+    if (!answer.ok()) return answer.status();
+    auto tokens = tokenizer_.Encode(*answer);
+    if (!tokens.ok()) return tokens.status();
+    if (tokens->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("labels[", i, "] ", QuoteForMessage(options_.labels[i]),
+                       " has no tokens as an answer and could never be scored"));
+    }
+    if (static_cast<int64_t>(tokens->size()) > options_.max_answer_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels[", i, "] ", QuoteForMessage(options_.labels[i]), " is ", tokens->size(),
+          " tokens as an answer, more than max_answer_tokens ", options_.max_answer_tokens,
+          ", so it could never be scored: raise max_answer_tokens or shorten the label"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> IclTask::LabelContinuations(

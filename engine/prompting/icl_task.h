@@ -145,6 +145,9 @@ class IclTask {
   // keep them) comes back as a view of it with the ids of this task's layout.
   absl::StatusOr<std::pair<std::shared_ptr<const EncodedContext>, QueryPlacement>> Resolve(
       const EncodedContext* context, const QueryOverrides& overrides);
+  // Every label tokenizes, as an answer, to 1..max_answer_tokens tokens: a label that cannot be
+  // scored is refused when the task is prepared, not on every Classify.
+  absl::Status CheckLabelsFit() const;
   // Every label rendered through the answer template, as continuation tokens after query_text.
   absl::StatusOr<std::vector<std::vector<int32_t>>> LabelContinuations(
       const std::string& query_text) const;

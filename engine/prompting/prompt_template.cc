@@ -5,6 +5,14 @@
 #include "absl/strings/str_cat.h"
 
 namespace manyshot {
+
+std::string QuoteForMessage(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return absl::StrCat("\"", std::string(text), "\"");
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat("\"", std::string(text.substr(0, cut)), "...\" (", text.size(), " bytes)");
+}
+
 namespace {
 
 bool ValidNameChar(char c) {

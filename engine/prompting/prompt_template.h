@@ -5,11 +5,17 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace manyshot {
+
+// `text` in double quotes for an error message, cut at a UTF-8 boundary after at most
+// `max_bytes` with its full size noted: messages (and the error details that repeat them) never
+// carry unbounded user text.
+std::string QuoteForMessage(std::string_view text, size_t max_bytes = 48);
 
 class PromptTemplate {
  public:

@@ -64,6 +64,17 @@ absl::StatusOr<std::unique_ptr<T5Task>> T5Task::Prepare(
   task->answer_template_ = *std::move(answer);
   task->eos_id_ = *eos;
   task->options_ = std::move(options);
+  // A label that cannot be scored is refused now, not on every Classify.
+  for (size_t i = 0; i < task->options_.common.labels.size(); ++i) {
+    const std::string& label = task->options_.common.labels[i];
+    auto rendered = task->answer_template_.Render(label, {{"label", label}});
+    if (!rendered.ok()) return rendered.status();
+    if (auto target = task->TargetTokens(*rendered); !target.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("labels[", i, "] ", QuoteForMessage(label), " could never be scored: ",
+                       target.status().message(), "; raise max_answer_tokens or shorten it"));
+    }
+  }
 
   std::vector<std::vector<int32_t>> tokens;
   tokens.reserve(demonstrations.size());

@@ -122,6 +122,17 @@ std::vector<BadRequest> Cases() {
   };
 
   // ---- CreateTask: ids and stream shape.
+  // A label that can never be scored is refused at create, quoted only in part.
+  add(
+      "create_label_longer_than_max_answer_tokens",
+      [](auto& s) {
+        return CreateWith(s, "t", [](auto& sp) {
+          sp.set_labels(1, "one two three four five six seven eight nine ten eleven twelve");
+        });
+      },
+      StatusCode::INVALID_ARGUMENT,
+      "labels[1] \"one two three four five six seven eight nine ten...\" (62 bytes) is 12 tokens "
+      "as an answer, more than max_answer_tokens 8, so it could never be scored");
   add(
       "create_empty_task_id", [](auto& s) { return CreateWith(s, "", [](auto&) {}); },
       StatusCode::INVALID_ARGUMENT, "task_id must be 1 to 128 characters");
