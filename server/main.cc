@@ -89,6 +89,9 @@ ABSL_FLAG(int, max_queue_inputs, 4096,
 ABSL_FLAG(int, preparation_threads, 0,
           "Threads that render and tokenize requests before they join the engine queue (0: one "
           "per core); the engine's worker then only computes");
+ABSL_FLAG(int, max_concurrent_creates, 2,
+          "CreateTask calls that encode at once; more wait their turn (creates of different tasks "
+          "and tenants run side by side, two of one task one after the other)");
 ABSL_FLAG(uint64_t, max_demonstrations, 100000, "Most demonstrations per task");
 ABSL_FLAG(uint64_t, max_input_bytes, 64 * 1024, "Most bytes per input text or field");
 ABSL_FLAG(uint32_t, max_batch_inputs, 256, "Most inputs (or items) per Classify/Score request");
@@ -146,6 +149,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   config.max_queue_inputs = absl::GetFlag(FLAGS_max_queue_inputs);
   config.preparation_threads = absl::GetFlag(FLAGS_preparation_threads);
+  config.max_concurrent_creates = absl::GetFlag(FLAGS_max_concurrent_creates);
   config.max_demonstrations = absl::GetFlag(FLAGS_max_demonstrations);
   config.max_input_bytes = absl::GetFlag(FLAGS_max_input_bytes);
   config.max_batch_inputs = absl::GetFlag(FLAGS_max_batch_inputs);

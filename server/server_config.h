@@ -53,6 +53,9 @@ struct ServerConfig {
   int max_queue_inputs = 4096;
   // Threads that render and tokenize requests before they are queued (0: one per core).
   int preparation_threads = 0;
+  // CreateTask calls that tokenize, encode and store at once (others wait their turn); each
+  // running one holds its task's demonstrations and KV in memory while it encodes.
+  int max_concurrent_creates = 2;
 
   // Limits (reported by GetServerInfo).
   uint64_t max_demonstrations = 100000;

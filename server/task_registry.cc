@@ -154,6 +154,35 @@ v1::Task TaskRegistry::Describe(const Entry& entry) {
   return task;
 }
 
+// One running create: waits for a free slot and for no other create of the same task, and frees
+// both when the create ends, however it ends.
+class TaskRegistry::CreateSlot {
+ public:
+  CreateSlot(TaskRegistry& registry, std::string key) : registry_(registry), key_(std::move(key)) {
+    std::unique_lock<std::mutex> lock(registry_.create_mutex_);
+    const size_t slots = static_cast<size_t>(std::max(1, registry_.config_.max_concurrent_creates));
+    registry_.create_done_.wait(lock, [&] {
+      return registry_.creates_running_ < slots && !registry_.keys_creating_.count(key_);
+    });
+    ++registry_.creates_running_;
+    registry_.keys_creating_.insert(key_);
+  }
+  ~CreateSlot() {
+    {
+      std::lock_guard<std::mutex> lock(registry_.create_mutex_);
+      --registry_.creates_running_;
+      registry_.keys_creating_.erase(key_);
+    }
+    registry_.create_done_.notify_all();
+  }
+  CreateSlot(const CreateSlot&) = delete;
+  CreateSlot& operator=(const CreateSlot&) = delete;
+
+ private:
+  TaskRegistry& registry_;
+  const std::string key_;
+};
+
 absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
     const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
     const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos, bool replace,
@@ -184,7 +213,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   if (!examples.ok()) return examples.status();
   const std::string hash = ContentHash(spec, demos);
   const std::string key = Key(tenant, task_id);
-  std::lock_guard<std::mutex> create_lock(create_mutex_);
+  CreateSlot slot(*this, key);
 
   // Decide and publish the ENCODING state in one step, so a concurrent delete sees it.
   Entry previous;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -124,7 +125,13 @@ class TaskRegistry {
   std::condition_variable deleted_;       // signalled when a delete finishes
   std::map<std::string, Entry> entries_;  // by Key(tenant, id)
   uint64_t next_generation_ = 1;          // guarded by mutex_
-  std::mutex create_mutex_;  // one create at a time (each saturates the backend anyway)
+  // Creates run side by side up to --max_concurrent_creates, so one tenant's long encode does not
+  // hold every other tenant's create; two creates of one task run one after the other.
+  class CreateSlot;
+  std::mutex create_mutex_;
+  std::condition_variable create_done_;
+  size_t creates_running_ = 0;           // guarded by create_mutex_
+  std::set<std::string> keys_creating_;  // by Key(tenant, id); guarded by create_mutex_
 };
 
 }  // namespace manyshot::server

@@ -62,7 +62,7 @@ TEST(WeightDtypeFlagTest, Bf16WeightsAreHeldAndReported) {
 TEST(WeightDtypeFlagTest, UnknownNameStopsTheStartNamingTheFlag) {
   TempDir dir;
   CommandResult result = RunServer(dir.path(), "--weight_dtype=int8");
-  EXPECT_EQ(result.exit_status, 1) << result.err;
+  EXPECT_EQ(result.exit_status, 2) << result.err;  // a bad flag, refused before any work
   EXPECT_NE(result.err.find("--weight_dtype=int8 is not one of f32, bf16, f16"), std::string::npos)
       << result.err;
 }
