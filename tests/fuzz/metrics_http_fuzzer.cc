@@ -7,12 +7,6 @@
 // Checked: the server closes every connection within the deadline (a hang is a failure), what it
 // answers is an HTTP/1.x response, and every 64 inputs a clean GET /metrics still scrapes. A crash
 // of the server is a crash of this process.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <memory>
 #include <string>
@@ -22,46 +16,19 @@
 #include "prometheus/counter.h"
 #include "server/metrics.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tests/integration/server_under_test.h"
 
 namespace manyshot::fuzz {
 namespace {
 
 // Far above the server's read timeout (5 s): only a server that never closes reaches it.
-constexpr int kDeadlineMs = 30000;
+constexpr std::chrono::seconds kDeadline{30};
 
 // Sends `raw` and returns all the server said until it closed; Fail()s when it does not close.
 std::string Exchange(int port, std::string_view raw, bool half_close) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    Fail("cannot connect to the metrics port (did the server stop?)");
-  }
-  for (size_t sent = 0; sent < raw.size();) {
-    ssize_t n = send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the server may answer and close before reading it all
-    sent += static_cast<size_t>(n);
-  }
-  if (half_close) shutdown(fd, SHUT_WR);
-  std::string answer;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDeadlineMs);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    pollfd p{fd, POLLIN, 0};
-    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) {
-      Fail("the metrics port kept a connection open past the deadline");
-    }
-    char buf[65536];
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) break;
-    answer.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return answer;
+  auto answer = testing::HttpExchange(port, raw, half_close, kDeadline);
+  if (!answer) Fail("the metrics port refused a connection or kept it open past the deadline");
+  return *std::move(answer);
 }
 
 class MetricsFixture {

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -69,11 +70,21 @@ std::shared_ptr<grpc::Channel> ServerUnderTest::Channel() const {
 std::optional<std::string> HttpExchange(int port, std::string_view raw, bool half_close,
                                         std::chrono::milliseconds limit) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Each exchange from its own loopback source address (127.1.x.y): a fuzzer making thousands of
+  // connections a second would otherwise run out of ephemeral ports to 127.0.0.1 (each closed
+  // connection waits in TIME_WAIT), and a reused port's SYN can stall behind the old connection.
+  static std::atomic<uint32_t> exchanges{0};
+  const uint32_t slot = exchanges.fetch_add(1) % (254 * 254);
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr =
+      htonl((127u << 24) | (1u << 16) | (1 + slot / 254) << 8 | (1 + slot % 254));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     if (fd >= 0) close(fd);
     return std::nullopt;
   }

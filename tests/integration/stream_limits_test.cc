@@ -196,12 +196,6 @@ TEST(StreamLimitsTest, OneCreateTaskUploadBuffersAtMostMaxUploadBytes) {
   EXPECT_FALSE(server.process().Wait(std::chrono::milliseconds(0)).has_value()) << server.Stderr();
 }
 
-}  // namespace
-}  // namespace manyshot::testing
-
-namespace manyshot::testing {
-namespace {
-
 // A request_id is an identifier the answer echoes: a long one is refused at once (never held while
 // queued, never echoed), on StreamClassify and on Classify, and the stream goes on.
 TEST(StreamLimitsTest, LongRequestIdsAreRefusedNotHeld) {
