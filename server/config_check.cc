@@ -60,6 +60,7 @@ std::vector<Range> NumericRanges(const ServerConfig& c) {
       {"max_stream_inflight", c.max_stream_inflight, 1, kUnbounded},
       {"max_server_inflight", c.max_server_inflight, 1, kUnbounded},
       {"max_upload_bytes", Clamped(c.max_upload_bytes), 1, kUnbounded},
+      {"max_total_upload_bytes", Clamped(c.max_total_upload_bytes), 1, kUnbounded},
       {"default_max_query_tokens", c.default_max_query_tokens, 1, kUnbounded},
       {"default_max_answer_tokens", c.default_max_answer_tokens, 1, kUnbounded},
   };

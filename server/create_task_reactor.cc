@@ -36,9 +36,27 @@ void CreateTaskReactor::OnReadDone(bool ok) {
   StartRead(&read_buffer_);
 }
 
+void CreateTaskReactor::OnDone() {
+  // What this call held, received or not yet stored.
+  parts_.upload_bytes.fetch_sub(bytes_);
+  parts_.metrics.UploadBytesReleased(bytes_);
+  delete this;
+}
+
 absl::Status CreateTaskReactor::Accept() {
   ++messages_;
-  bytes_ += read_buffer_.Length();
+  const uint64_t length = read_buffer_.Length();
+  bytes_ += length;
+  // Counted before the check, so that OnDone() gives back exactly what was added.
+  const uint64_t held = parts_.upload_bytes.fetch_add(length) + length;
+  parts_.metrics.UploadBytesHeld(length);
+  if (held > parts_.config.max_total_upload_bytes) {
+    return WithReason(
+        absl::ResourceExhaustedError(
+            absl::StrCat("CreateTask uploads on this server already hold --max_total_upload_bytes ",
+                         parts_.config.max_total_upload_bytes, " bytes; retry with backoff")),
+        reason::kUploadsInFlightLimit);
+  }
   if (bytes_ > parts_.config.max_upload_bytes) {
     return WithReason(absl::ResourceExhaustedError(absl::StrCat(
                           "the CreateTask upload exceeds --max_upload_bytes ",

@@ -4,7 +4,8 @@
 //
 // A message that cannot be decoded, or one over the limits, fails the call before anything is
 // stored: the registry sees the task only once the whole upload was read and validated. One upload
-// may buffer at most --max_upload_bytes of request messages (RESOURCE_EXHAUSTED beyond).
+// may buffer at most --max_upload_bytes of request messages, and all uploads together at most
+// --max_total_upload_bytes until their calls end (RESOURCE_EXHAUSTED beyond).
 #pragma once
 
 #include <chrono>
@@ -26,7 +27,7 @@ class CreateTaskReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override { writes_.OnWriteDone(ok); }
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
   // Takes one request message; an error fails the call.

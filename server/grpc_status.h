@@ -25,6 +25,7 @@ inline constexpr char kQueueFull[] = "QUEUE_FULL";
 inline constexpr char kStreamInflightLimit[] = "STREAM_INFLIGHT_LIMIT";
 inline constexpr char kServerInflightLimit[] = "SERVER_INFLIGHT_LIMIT";
 inline constexpr char kUploadTooLarge[] = "UPLOAD_TOO_LARGE";
+inline constexpr char kUploadsInFlightLimit[] = "UPLOADS_IN_FLIGHT_LIMIT";
 inline constexpr char kShuttingDown[] = "SHUTTING_DOWN";
 }  // namespace reason
 

@@ -109,6 +109,9 @@ ABSL_FLAG(uint32_t, max_server_inflight, 1024,
 ABSL_FLAG(uint64_t, max_upload_bytes, 1ull << 30,
           "Most bytes of request messages one CreateTask upload may send (RESOURCE_EXHAUSTED "
           "beyond)");
+ABSL_FLAG(uint64_t, max_total_upload_bytes, 2ull << 30,
+          "Most bytes of request messages all CreateTask calls together may hold until each call "
+          "ends (RESOURCE_EXHAUSTED beyond; retry with backoff)");
 ABSL_FLAG(uint32_t, default_max_query_tokens, 128,
           "Room for a query (tokens) when a task does not set max_query_tokens");
 ABSL_FLAG(uint32_t, default_max_answer_tokens, 32,
@@ -161,6 +164,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
   config.max_server_inflight = absl::GetFlag(FLAGS_max_server_inflight);
   config.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
+  config.max_total_upload_bytes = absl::GetFlag(FLAGS_max_total_upload_bytes);
   config.default_max_query_tokens = absl::GetFlag(FLAGS_default_max_query_tokens);
   config.default_max_answer_tokens = absl::GetFlag(FLAGS_default_max_answer_tokens);
   return config;

@@ -71,6 +71,7 @@ struct ServerConfig {
   uint32_t max_stream_inflight = 64;
   uint32_t max_server_inflight = 1024;
   uint64_t max_upload_bytes = 1ull << 30;
+  uint64_t max_total_upload_bytes = 2ull << 30;  // of all CreateTask calls until each ends
   uint32_t default_max_query_tokens = 128;
   uint32_t default_max_answer_tokens = 32;
 };

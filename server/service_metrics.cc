@@ -163,6 +163,12 @@ ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCach
                        .Help("Inputs waiting in the scheduler queue.")
                        .Register(registry)
                        .Add({})),
+      upload_bytes_(prometheus::BuildGauge()
+                        .Name("manyshot_upload_bytes")
+                        .Help("Request bytes CreateTask calls hold until each call ends "
+                              "(--max_total_upload_bytes bounds them).")
+                        .Register(registry)
+                        .Add({})),
       inputs_classified_(prometheus::BuildCounter()
                              .Name("manyshot_inputs_classified_total")
                              .Help("Inputs classified.")

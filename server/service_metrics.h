@@ -24,6 +24,9 @@ class ServiceMetrics {
   void Batch(size_t inputs) { batch_size_.Observe(static_cast<double>(inputs)); }
   void QueueWait(double seconds) { queue_wait_.Observe(seconds); }
   void QueueDepth(size_t inputs) { queue_depth_.Set(static_cast<double>(inputs)); }
+  // CreateTask request bytes held: `bytes` more (a message received) or fewer (a call ended).
+  void UploadBytesHeld(uint64_t bytes) { upload_bytes_.Increment(static_cast<double>(bytes)); }
+  void UploadBytesReleased(uint64_t bytes) { upload_bytes_.Decrement(static_cast<double>(bytes)); }
   void InputsClassified(size_t n) { inputs_classified_.Increment(static_cast<double>(n)); }
   void TokensEncoded(uint64_t n) { tokens_encoded_.Increment(static_cast<double>(n)); }
   void TokensGenerated(uint64_t n) { tokens_generated_.Increment(static_cast<double>(n)); }
@@ -36,6 +39,7 @@ class ServiceMetrics {
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& queue_wait_;
   prometheus::Gauge& queue_depth_;
+  prometheus::Gauge& upload_bytes_;
   prometheus::Counter& inputs_classified_;
   prometheus::Counter& tokens_encoded_;
   prometheus::Counter& tokens_generated_;

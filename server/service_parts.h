@@ -32,6 +32,9 @@ struct ServiceParts {
   std::chrono::system_clock::time_point start_time = std::chrono::system_clock::now();
   // StreamClassify requests being answered on all streams (--max_server_inflight).
   std::atomic<uint64_t> stream_inflight{0};
+  // Request bytes that CreateTask calls hold (received, not yet stored or failed) on all calls
+  // (--max_total_upload_bytes).
+  std::atomic<uint64_t> upload_bytes{0};
 
   // Runs `prepare` on the preparation pool, in turn with other tenants' and tasks' work, with
   // `version`'s engine task (rebuilt on first use after a restart): it renders and tokenizes the

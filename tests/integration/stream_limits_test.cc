@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "tests/integration/error_details.h"
+#include "tests/integration/prometheus_text.h"
 #include "tests/integration/server_under_test.h"
 #include "tests/integration/service_client.h"
 
@@ -194,6 +196,63 @@ TEST(StreamLimitsTest, OneCreateTaskUploadBuffersAtMostMaxUploadBytes) {
   v1::Task task;
   EXPECT_EQ(stub->GetTask(&context, get, &task).error_code(), StatusCode::NOT_FOUND);
   EXPECT_FALSE(server.process().Wait(std::chrono::milliseconds(0)).has_value()) << server.Stderr();
+}
+
+// All uploads together hold at most --max_total_upload_bytes: with one upload holding most of it,
+// another that would go beyond fails with UPLOADS_IN_FLIGHT_LIMIT; once the first call ends, its
+// bytes are given back (manyshot_upload_bytes returns to 0) and the same upload succeeds.
+TEST(StreamLimitsTest, AllUploadsTogetherHoldAtMostMaxTotalUploadBytes) {
+  TempDir dir;
+  ServerUnderTest server(dir.path() / "data",
+                         {"--max_upload_bytes=100000", "--max_total_upload_bytes=150000"});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  auto held_bytes = [&] {
+    auto scrape = ParsePrometheusText(HttpGet(server.metrics_port(), "/metrics").body);
+    const PrometheusSample* s = scrape.ok() ? scrape->Find("manyshot_upload_bytes") : nullptr;
+    return s ? s->value : -1.0;
+  };
+  // Upload 1: about 90 KB received, the call kept open (no half-close yet).
+  grpc::ClientContext first_context;
+  first_context.set_deadline(Deadline());
+  auto first = stub->CreateTask(&first_context);
+  v1::CreateTaskRequest head;
+  head.set_task_id("first");
+  *head.mutable_spec() = Sst2Spec();
+  ASSERT_TRUE(first->Write(head));
+  const auto demos = Sst2Demonstrations(1800);
+  for (size_t i = 0; i < demos.size(); i += 100) {
+    v1::CreateTaskRequest more;
+    for (size_t k = i; k < i + 100; ++k) *more.add_demonstrations() = demos[k];
+    ASSERT_TRUE(first->Write(more));
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (held_bytes() < 70000 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(held_bytes(), 70000);
+
+  // Upload 2: within --max_upload_bytes alone, beyond the total with upload 1.
+  auto second = CreateTask(*stub, "second", Sst2Spec(), Sst2Demonstrations(1800), false, 100);
+  EXPECT_EQ(second.status.error_code(), StatusCode::RESOURCE_EXHAUSTED)
+      << second.status.error_message();
+  EXPECT_NE(second.status.error_message().find("--max_total_upload_bytes 150000"),
+            std::string::npos)
+      << second.status.error_message();
+  EXPECT_EQ(DetailsOf(second.status).reason, "UPLOADS_IN_FLIGHT_LIMIT");
+
+  first->WritesDone();
+  v1::CreateTaskResponse response;
+  while (first->Read(&response)) {
+  }
+  EXPECT_TRUE(first->Finish().ok());
+  const auto released = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (held_bytes() != 0 && std::chrono::steady_clock::now() < released) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(held_bytes(), 0);
+  auto again = CreateTask(*stub, "second", Sst2Spec(), Sst2Demonstrations(1800), false, 100);
+  EXPECT_TRUE(again.status.ok()) << again.status.error_message();
 }
 
 // A request_id is an identifier the answer echoes: a long one is refused at once (never held while
