@@ -293,6 +293,8 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   limits->set_max_stream_inflight(parts_.config.max_stream_inflight);
   limits->set_max_server_inflight(parts_.config.max_server_inflight);
   limits->set_max_upload_bytes(parts_.config.max_upload_bytes);
+  limits->set_max_total_upload_bytes(parts_.config.max_total_upload_bytes);
+  limits->set_max_request_id_bytes(static_cast<uint32_t>(kMaxRequestIdBytes));
   const CacheStats stats = parts_.cache.Stats();
   auto* cache = info.mutable_cache();
   cache->set_memory_bytes(stats.memory_bytes);
@@ -303,6 +305,16 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   cache->set_disk_entries(stats.disk_entries);
   cache->set_kv_dtype(std::string(DTypeName(parts_.cache.storage_dtype())));
   info.set_tasks(parts_.registry.size());
+  // Under bearer tokens a tenant sees its own tasks and bytes, not other tenants' (budgets and
+  // the dtype are the server's).
+  if (!parts_.config.auth_tokens_file.empty()) {
+    const TaskRegistry::TenantFigures own = parts_.registry.FiguresOf(TenantOf(context));
+    info.set_tasks(own.tasks);
+    cache->set_memory_bytes(own.memory_bytes);
+    cache->set_memory_entries(own.memory_entries);
+    cache->set_disk_bytes(own.disk_bytes);
+    cache->set_disk_entries(own.disk_entries);
+  }
   auto since_epoch = parts_.start_time.time_since_epoch();
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
   info.mutable_start_time()->set_seconds(seconds.count());

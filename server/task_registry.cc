@@ -154,6 +154,35 @@ v1::Task TaskRegistry::Describe(const Entry& entry) {
   return task;
 }
 
+TaskRegistry::TenantFigures TaskRegistry::FiguresOf(const std::string& tenant) const {
+  TenantFigures figures;
+  std::map<std::string, uint64_t> kv_bytes;  // by KV key: one entry may serve several tasks
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string prefix = tenant + '\n';
+    for (auto it = entries_.lower_bound(prefix);
+         it != entries_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      if (it->second.deleting) continue;
+      ++figures.tasks;
+      if (const auto& current = it->second.current) {
+        kv_bytes[current->record.kv_key] = current->stored.task().stats().cache_bytes();
+      }
+    }
+  }
+  for (const auto& [key, bytes] : kv_bytes) {
+    if (bytes == 0) continue;  // T5 tasks keep nothing in the KV tiers
+    if (cache_.memory().Contains(key)) {
+      figures.memory_bytes += bytes;
+      ++figures.memory_entries;
+    }
+    if (cache_.disk().HasBlob(key)) {
+      figures.disk_bytes += bytes;
+      ++figures.disk_entries;
+    }
+  }
+  return figures;
+}
+
 // One running create: waits for a free slot and for no other create of the same task, and frees
 // both when the create ends, however it ends.
 class TaskRegistry::CreateSlot {

@@ -56,6 +56,18 @@ class TaskRegistry {
   absl::StatusOr<uint64_t> Delete(const std::string& tenant, const std::string& task_id);
   size_t size() const;
 
+  // What one tenant's tasks hold, for GetServerInfo under bearer tokens: its tasks (every state),
+  // and the KV bytes and entries of its ready tasks in the memory tier and on disk (each distinct
+  // KV entry once).
+  struct TenantFigures {
+    uint64_t tasks = 0;
+    uint64_t memory_bytes = 0;
+    uint64_t memory_entries = 0;
+    uint64_t disk_bytes = 0;
+    uint64_t disk_entries = 0;
+  };
+  TenantFigures FiguresOf(const std::string& tenant) const;
+
   struct Counts {
     size_t encoding = 0;
     size_t ready = 0;

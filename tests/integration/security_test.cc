@@ -109,6 +109,25 @@ TEST(SecurityTest, BearerTokensAndTenantIsolation) {
 
   auto created = CreateTask(*a, "t", Sst2Spec(), Sst2Demonstrations());
   ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  // GetServerInfo shows each tenant its own tasks and bytes only.
+  {
+    auto info_of = [](v1::ManyShot::Stub& stub) {
+      grpc::ClientContext cc;
+      v1::ServerInfo info;
+      EXPECT_TRUE(stub.GetServerInfo(&cc, v1::GetServerInfoRequest(), &info).ok());
+      return info;
+    };
+    const v1::ServerInfo of_a = info_of(*a);
+    const v1::ServerInfo of_b = info_of(*b);
+    EXPECT_EQ(of_a.tasks(), 1u);
+    EXPECT_EQ(of_a.cache().disk_bytes(), created.result.task().stats().cache_bytes());
+    EXPECT_EQ(of_a.cache().disk_entries(), 1u);
+    EXPECT_EQ(of_b.tasks(), 0u);
+    EXPECT_EQ(of_b.cache().memory_bytes(), 0u);
+    EXPECT_EQ(of_b.cache().disk_bytes(), 0u);
+    EXPECT_EQ(of_b.cache().disk_entries(), 0u);
+    EXPECT_EQ(of_b.cache().memory_budget_bytes(), of_a.cache().memory_budget_bytes());
+  }
   {
     grpc::ClientContext cc;
     v1::ClassifyResponse classified;

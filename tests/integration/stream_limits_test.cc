@@ -240,6 +240,13 @@ TEST(StreamLimitsTest, AllUploadsTogetherHoldAtMostMaxTotalUploadBytes) {
             std::string::npos)
       << second.status.error_message();
   EXPECT_EQ(DetailsOf(second.status).reason, "UPLOADS_IN_FLIGHT_LIMIT");
+  {
+    grpc::ClientContext context;
+    v1::ServerInfo info;
+    ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.limits().max_total_upload_bytes(), 150000u);
+    EXPECT_EQ(info.limits().max_request_id_bytes(), 128u);
+  }
 
   first->WritesDone();
   v1::CreateTaskResponse response;
