@@ -26,8 +26,9 @@ constexpr std::chrono::seconds kDeadline{30};
 
 // Sends `raw` and returns all the server said until it closed; Fail()s when it does not close.
 std::string Exchange(int port, std::string_view raw, bool half_close) {
-  auto answer = testing::HttpExchange(port, raw, half_close, kDeadline);
-  if (!answer) Fail("the metrics port refused a connection or kept it open past the deadline");
+  std::string why;
+  auto answer = testing::HttpExchange(port, raw, half_close, kDeadline, &why);
+  if (!answer) Fail(absl::StrCat("the metrics port: ", why));
   return *std::move(answer);
 }
 

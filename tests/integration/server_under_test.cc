@@ -7,11 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 
@@ -67,31 +69,49 @@ std::shared_ptr<grpc::Channel> ServerUnderTest::Channel() const {
   return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
 }
 
+namespace {
+
+// connect() that a signal does not break (libFuzzer's timers interrupt it with EINTR, after which
+// the connection completes on its own): waits for it, then takes its outcome.
+bool ConnectThroughSignals(int fd, const sockaddr_in& addr) {
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return true;
+  if (errno != EINTR) return false;
+  for (;;) {
+    pollfd p{fd, POLLOUT, 0};
+    const int ready = poll(&p, 1, -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return false;
+    int error = 0;
+    socklen_t size = sizeof(error);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return false;
+    errno = error;
+    return error == 0;
+  }
+}
+
+}  // namespace
+
 std::optional<std::string> HttpExchange(int port, std::string_view raw, bool half_close,
-                                        std::chrono::milliseconds limit) {
+                                        std::chrono::milliseconds limit, std::string* why) {
+  auto fail = [&](const std::string& what) -> std::optional<std::string> {
+    if (why != nullptr) *why = what;
+    return std::nullopt;
+  };
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  // Each exchange from its own loopback source address (127.1.x.y): a fuzzer making thousands of
-  // connections a second would otherwise run out of ephemeral ports to 127.0.0.1 (each closed
-  // connection waits in TIME_WAIT), and a reused port's SYN can stall behind the old connection.
-  static std::atomic<uint32_t> exchanges{0};
-  const uint32_t slot = exchanges.fetch_add(1) % (254 * 254);
-  sockaddr_in source{};
-  source.sin_family = AF_INET;
-  source.sin_addr.s_addr =
-      htonl((127u << 24) | (1u << 16) | (1 + slot / 254) << 8 | (1 + slot % 254));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (fd < 0 || !ConnectThroughSignals(fd, addr)) {
+    const std::string error = std::strerror(errno);
     if (fd >= 0) close(fd);
-    return std::nullopt;
+    return fail("cannot connect: " + error);
   }
   // The server may answer and close before reading everything (a refused body): a failed write
   // is not an error, and MSG_NOSIGNAL keeps a reset connection from raising SIGPIPE.
   for (size_t sent = 0; sent < raw.size();) {
     ssize_t n = send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
@@ -102,12 +122,16 @@ std::optional<std::string> HttpExchange(int port, std::string_view raw, bool hal
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+    const int ready = left.count() <= 0 ? 0 : poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
       close(fd);
-      return std::nullopt;  // still open at the deadline
+      return fail(absl::StrCat("not closed after ", limit.count(), " ms (", answer.size(),
+                               " bytes answered)"));
     }
     char buf[65536];
     ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // closed (or reset)
     answer.append(buf, static_cast<size_t>(n));
   }

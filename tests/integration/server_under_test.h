@@ -59,8 +59,10 @@ HttpResponse HttpGet(int port, const std::string& path);
 // the connection (at most `limit` for the whole exchange). With `half_close` the sending side is
 // closed after `raw`, so an incomplete request ends at once instead of at the server's read
 // timeout; the metrics server then drops the connection without an answer, as it may. nullopt
-// when nothing could connect or the server did not close in time.
+// when nothing could connect or the server did not close in time (then `why`, when given, says
+// which).
 std::optional<std::string> HttpExchange(int port, std::string_view raw, bool half_close,
-                                        std::chrono::milliseconds limit = std::chrono::seconds(30));
+                                        std::chrono::milliseconds limit = std::chrono::seconds(30),
+                                        std::string* why = nullptr);
 
 }  // namespace manyshot::testing
