@@ -286,7 +286,10 @@ BlobFiles::Listing BlobFiles::List() const {
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
     const size_t n = sizeof(kSuffix) - 1;
-    if (name.size() > n && name.compare(name.size() - n, n, kSuffix) == 0) {
+    std::error_code type_error;
+    // A directory (or anything but a file) named like a blob is no blob: it goes with the others.
+    if (name.size() > n && name.compare(name.size() - n, n, kSuffix) == 0 &&
+        entry.is_regular_file(type_error)) {
       listing.keys.push_back(name.substr(0, name.size() - n));
     } else {
       listing.others.push_back(entry.path());

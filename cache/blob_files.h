@@ -58,8 +58,8 @@ class BlobFiles {
   absl::Status Remove(const std::string& key) const;
 
   struct Listing {
-    std::vector<std::string> keys;              // committed files
-    std::vector<std::filesystem::path> others;  // temporary files and anything else
+    std::vector<std::string> keys;              // committed files (regular files named <key>.kv)
+    std::vector<std::filesystem::path> others;  // temporary files and any other entry
   };
   Listing List() const;
   // The size of the blob's file; NOT_FOUND when there is none.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "cache/cache_key.h"
 #include "cache/disk_space.h"
@@ -222,6 +223,28 @@ absl::Status DiskTier::CommitLocked(rocksdb::WriteBatch* batch, bool sync, std::
   return absl::OkStatus();
 }
 
+void DiskTier::RemoveStray(const std::filesystem::path& path) {
+  // Names are escaped in the log: a file name may hold a newline (a forged log line).
+  const std::string name = absl::CHexEscape(path.filename().string());
+  std::error_code ec;
+  if (std::filesystem::is_directory(std::filesystem::symlink_status(path, ec))) {
+    // Only this server writes here (the data directory is private): a directory, empty or not,
+    // would block the write of a blob or temporary file of that name on every restart.
+    Log(LogLevel::kWarning,
+        absl::StrCat("cache: removing the directory ", name,
+                     " from the KV files (nothing but KV files belongs there)"));
+    std::filesystem::remove_all(path, ec);
+  } else {
+    ++counters_.staged_writes_recovered;
+    Log(LogLevel::kWarning, absl::StrCat("cache: discarding uncommitted KV file ", name));
+    std::filesystem::remove(path, ec);
+  }
+  if (ec) {
+    Log(LogLevel::kError,
+        absl::StrCat("cache: cannot remove ", name, " from the KV files: ", ec.message()));
+  }
+}
+
 absl::Status DiskTier::CheckRoom(uint64_t bytes, std::string_view what) {
   auto free = FreeDiskBytes(path_);
   if (!free.ok()) return free.status();
@@ -393,13 +416,7 @@ absl::Status DiskTier::Recover() {
   // Files no committed header names: temporary files of writes a crash interrupted, and files
   // whose header commit never happened or whose deletion committed before the unlink.
   const BlobFiles::Listing listing = files_->List();
-  for (const std::filesystem::path& other : listing.others) {
-    ++counters_.staged_writes_recovered;
-    Log(LogLevel::kWarning,
-        absl::StrCat("cache: discarding uncommitted KV file ", other.filename().string()));
-    std::error_code ec;
-    std::filesystem::remove(other, ec);
-  }
+  for (const std::filesystem::path& other : listing.others) RemoveStray(other);
   for (const std::string& key : listing.keys) {
     if (!blobs_.count(key)) files_->Remove(key).IgnoreError();
   }

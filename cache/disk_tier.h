@@ -147,6 +147,9 @@ class DiskTier {
   // Writes `batch`, then unlinks the doomed files (none when the write failed). Caller holds
   // write_mutex_ (or is Open()).
   absl::Status CommitLocked(rocksdb::WriteBatch* batch, bool sync, std::string_view what);
+  // Removes an entry of the KV files' directory that is no committed blob (Recover): a temporary
+  // file of an interrupted write, a file no header names, or a directory.
+  void RemoveStray(const std::filesystem::path& path);
   // OK when `bytes` more leave the reserve free; else RESOURCE_EXHAUSTED saying what is short
   // (never the data directory's path: the message reaches clients).
   absl::Status CheckRoom(uint64_t bytes, std::string_view what);

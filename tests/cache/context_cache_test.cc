@@ -403,6 +403,46 @@ TEST_P(ContextCacheTest, UncommittedKvFilesAndRecordWithoutReadyMarkerAreNeverVi
   EXPECT_TRUE(Logged("discarding uncommitted KV file kx.kv.tmp"));
 }
 
+// Entries nobody but the server should put among the KV files: a non-empty directory where a
+// temporary file goes, one where a committed blob's file is, and a file whose name holds a newline.
+// The directories are removed (they would block those writes on every restart), the blob whose
+// file was a directory re-encodes once and then stays, and the log escapes the odd name.
+TEST_P(ContextCacheTest, DirectoriesAndOddNamesAmongTheKvFilesAreRemovedOnce) {
+  Reopen();
+  ASSERT_TRUE(cache_->PutTask(Record("kept", "kk"), Synthetic(21)).ok());
+  ASSERT_TRUE(cache_->PutTask(Record("blocked", "kb"), Synthetic(22)).ok());
+  cache_.reset();
+  std::filesystem::create_directories(dir_ / "kv_files" / "kt.kv.tmp" / "inner");
+  std::ofstream(dir_ / "kv_files" / "kt.kv.tmp" / "inner" / "f") << "x";
+  std::filesystem::remove(KvFile("kb"));
+  std::filesystem::create_directories(KvFile("kb") / "inner");
+  std::ofstream(dir_ / "kv_files" / "odd\nforged log line") << "x";
+  Reopen();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "kv_files" / "kt.kv.tmp"));
+  EXPECT_FALSE(std::filesystem::is_directory(KvFile("kb")));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "kv_files" / "odd\nforged log line"));
+  for (const std::string& line : log_) {
+    EXPECT_EQ(line.find('\n'), std::string::npos) << "an unescaped name in: " << line;
+  }
+  EXPECT_TRUE(Logged("removing the directory kt.kv.tmp"));
+  EXPECT_TRUE(Logged("odd\\nforged log line"));
+  // The blob whose file was a directory is re-encoded on first use, once: it is stored again.
+  encoder_calls_ = 0;
+  {
+    auto pinned = cache_->Acquire("kb", Encoder(22), nullptr);
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+  }
+  EXPECT_EQ(encoder_calls_, 1);
+  EXPECT_TRUE(std::filesystem::is_regular_file(KvFile("kb")));
+  Reopen();
+  {
+    auto pinned = cache_->Acquire("kb", NoEncoder(), nullptr);
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+    auto kept = cache_->Acquire("kk", NoEncoder(), nullptr);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+  }
+}
+
 TEST_P(ContextCacheTest, EagerRestoreLoadsAtOpenWithoutEncoding) {
   Reopen();
   ASSERT_TRUE(cache_->PutTask(Record("a", "ka"), Synthetic(20)).ok());
