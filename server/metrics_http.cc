@@ -55,11 +55,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   // cpp-httplib's defaults add SO_REUSEPORT (a second server could share the port unnoticed) and
   // listen with a backlog of 5 (a burst of connections is dropped while the workers are busy):
   // SO_REUSEADDR only, and the listening socket's fd is kept to raise the backlog below.
-  int listening_fd = -1;
-  http.set_socket_options([&listening_fd](int fd) {
+  http.set_socket_options([s = server.get()](int fd) {
     int on = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    listening_fd = fd;
+    s->listening_fd_ = fd;
   });
   const auto& [host, port] = *host_port;
   server->port_ =
@@ -70,7 +69,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
                      ":", port, " (in use, or not an address of this machine)"));
   }
   // Linux takes a second listen() on a listening socket as a new backlog.
-  if (listen(listening_fd, SOMAXCONN) != 0) {
+  if (listen(server->listening_fd_, SOMAXCONN) != 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve /metrics on --metrics_address=",
                                                address, ": listen: ", std::strerror(errno)));
   }

@@ -51,6 +51,7 @@ class MetricsHttpServer {
   void Serve();
 
   std::unique_ptr<httplib::Server> http_;
+  int listening_fd_ = -1;  // owned by http_
   std::thread listener_;
   std::atomic<bool> listener_finished_{false};
   int port_ = 0;
