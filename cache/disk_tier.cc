@@ -2,8 +2,8 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/file_checksum.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
-#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
@@ -13,8 +13,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "cache/cache_key.h"
+#include "cache/disk_families.h"
 #include "cache/disk_space.h"
 #include "cache/kv_stream.h"
+#include "cache/sst_salvage.h"
 
 namespace manyshot {
 namespace {
@@ -26,11 +28,6 @@ constexpr char kAccessPrefix[] = "a/";
 constexpr char kPendingPrefix[] = "p/";  // format 2 staged writes (Recover() removes them)
 constexpr char kFilesDirectory[] = "kv_files";
 constexpr char kQuarantinePrefix[] = "q/";  // tasks family: why a ready task is quarantined
-// Default family: the name of the live tasks family ("tasks" when absent). A task record damaged
-// on disk leaves a block no compaction can read; the good records move to a fresh family
-// ("tasks.N") and the damaged one is dropped whole (MigrateTasksFamily).
-constexpr char kLiveTasksFamilyKey[] = "live_tasks_family";
-constexpr char kTasksFamily[] = "tasks";
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -80,32 +77,23 @@ rocksdb::Status ScanPrefix(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
   return it->status();
 }
 
-rocksdb::ColumnFamilyOptions KvFamilyOptions() {
-  rocksdb::ColumnFamilyOptions o;
-  // Large values go to RocksDB blob files (integrated BlobDB): compactions move 16-byte blob
-  // references instead of rewriting gigabytes of K/V, and a read is one pread of the value.
-  o.enable_blob_files = true;
-  o.min_blob_size = 4096;
-  o.blob_file_size = uint64_t{256} << 20;
-  o.enable_blob_garbage_collection = true;  // reclaims space of deleted blobs
-  // Float K/V barely compresses; compressing would only cost restore time.
-  o.compression = rocksdb::kNoCompression;
-  o.blob_compression_type = rocksdb::kNoCompression;
-  o.write_buffer_size = uint64_t{64} << 20;
-  return o;
-}
-
-rocksdb::ColumnFamilyOptions TasksFamilyOptions() {
-  rocksdb::ColumnFamilyOptions o;
-  // One entry per data block: a damaged block (a flipped bit on disk) then fails the checksum of
-  // one record only, which quarantines one task instead of every task that shared the block.
-  // Records carry whole demonstration sets (kilobytes), so the extra index entries are noise.
-  rocksdb::BlockBasedTableOptions table;
-  table.block_size = 1;
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  // Uncompressed, so a record's bytes on disk are its bytes (what the corruption tests damage).
-  o.compression = rocksdb::kNoCompression;
-  return o;
+// A salvaged task record whose ready marker was lost to damage: the marker cannot be told from
+// one a delete removed first, so the task is quarantined (listed with the reason, deletable)
+// rather than dropped or served.
+void QuarantineUnmarkedRecords(std::vector<std::pair<std::string, std::string>>* values) {
+  std::set<std::string> ready, records;
+  for (const auto& [key, value] : *values) {
+    std::string_view k(key);
+    if (k.rfind(kReadyPrefix, 0) == 0) ready.insert(key.substr(sizeof(kReadyPrefix) - 1));
+    if (k.rfind(kTaskPrefix, 0) == 0) records.insert(key.substr(sizeof(kTaskPrefix) - 1));
+  }
+  for (const std::string& id : records) {
+    if (ready.count(id)) continue;
+    values->emplace_back(kReadyPrefix + id, "");
+    values->emplace_back(kQuarantinePrefix + id,
+                         "its ready marker was lost to damage on disk (it may have been being "
+                         "deleted); DeleteTask removes it, CreateTask replaces it");
+  }
 }
 
 }  // namespace
@@ -115,61 +103,101 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::filesystem::
   if (options.chunk_bytes == 0 || options.chunk_bytes % 4 != 0) {
     return absl::InvalidArgumentError("chunk_bytes must be a positive multiple of 4");
   }
+  auto tier = OpenOnce(path, options, /*repairing=*/false);
+  if (tier.ok() || !absl::IsDataLoss(tier.status())) return tier;
+  // RocksDB refuses a paranoid open when it cannot read a table file's index block or footer.
+  // Opened without paranoid checks (and without compactions, which would read the damaged file),
+  // Recover() salvages the damaged tasks or blob-metadata family; then the paranoid open again.
+  if (options.log) {
+    options.log(LogLevel::kError, absl::StrCat("cache: ", tier.status().ToString(),
+                                               "; opening without paranoid checks to salvage"));
+  }
+  auto repaired = OpenOnce(path, options, /*repairing=*/true);
+  if (!repaired.ok()) return tier.status();
+  Stats counted = (*repaired)->counters_;
+  repaired->reset();  // closed: the damaged generation's files are gone
+  auto reopened = OpenOnce(path, options, /*repairing=*/false);
+  if (reopened.ok()) (*reopened)->counters_.corruptions_detected += counted.corruptions_detected;
+  return reopened;
+}
+
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::OpenOnce(const std::filesystem::path& path,
+                                                             const DiskTierOptions& options,
+                                                             bool repairing) {
   std::unique_ptr<DiskTier> tier(new DiskTier());
-  tier->options_ = std::move(options);
+  tier->options_ = options;
   tier->path_ = path;
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
-  db_options.paranoid_checks = true;
+  db_options.paranoid_checks = !repairing;
   // Per-file checksums recorded in the MANIFEST (and what VerifyFileChecksums() needs).
   db_options.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
   db_options.max_background_jobs = 2;
-  rocksdb::ColumnFamilyOptions small;
+  // Every generation of the tasks and blob-metadata families there is (a switch interrupted by a
+  // crash may leave two); a new database gets the base names.
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, small}, {"kv", KvFamilyOptions()}, {"kv_meta", small}};
-  // Every tasks family there is (a migration interrupted by a crash may leave two); a new
-  // database gets "tasks".
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {"kv", KvFamilyOptions()}};
   std::vector<std::string> existing;
   rocksdb::DB::ListColumnFamilies(db_options, path.string(), &existing).PermitUncheckedError();
-  for (const std::string& name : existing) {
-    if (name == kTasksFamily || name.rfind(absl::StrCat(kTasksFamily, "."), 0) == 0) {
-      families.push_back({name, TasksFamilyOptions()});
+  for (const char* base : {kTasksFamily, kMetaFamily}) {
+    const size_t before = families.size();
+    for (const std::string& name : existing) {
+      if (IsGenerationOf(name, base)) families.push_back({name, OneEntryPerBlockOptions()});
     }
+    if (families.size() == before) families.push_back({base, OneEntryPerBlockOptions()});
   }
-  if (families.size() == 3) families.push_back({kTasksFamily, TasksFamilyOptions()});
+  for (auto& family : families) family.options.disable_auto_compactions = repairing;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::Status s = rocksdb::DB::Open(db_options, path.string(), families, &handles, &tier->db_);
   if (!s.ok()) return FromRocks(s, absl::StrCat("open RocksDB at ", path.string()));
   tier->default_ = handles[0];
   tier->kv_ = handles[1];
-  tier->meta_ = handles[2];
-  std::string live = kTasksFamily;
-  s = tier->db_->Get(rocksdb::ReadOptions(), tier->default_, kLiveTasksFamilyKey, &live);
-  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "read the live tasks family");
-  for (size_t i = 3; i < handles.size(); ++i) {
-    if (handles[i]->GetName() == live) {
-      tier->tasks_cf_ = handles[i];
-      continue;
+  handles.erase(handles.begin(), handles.begin() + 2);
+  for (auto [base, live] :
+       {std::pair{kTasksFamily, &tier->tasks_cf_}, std::pair{kMetaFamily, &tier->meta_}}) {
+    if (absl::Status picked = tier->PickLiveGeneration(base, &handles, live); !picked.ok()) {
+      return picked;
     }
-    // Left by a migration that a crash interrupted (before or after the switch): not live.
-    tier->Log(LogLevel::kWarning,
-              absl::StrCat("cache: dropping the stale tasks family ", handles[i]->GetName()));
-    s = tier->db_->DropColumnFamily(handles[i]);
-    tier->db_->DestroyColumnFamilyHandle(handles[i]).PermitUncheckedError();
-    if (!s.ok()) return FromRocks(s, "drop a stale tasks family");
-  }
-  if (tier->tasks_cf_ == nullptr) {
-    return absl::DataLossError(
-        absl::StrCat("the live tasks family ", live, " of ", path.string(), " is missing"));
   }
   auto files = BlobFiles::Open(path / kFilesDirectory);
   if (!files.ok()) return files.status();
   tier->files_ = std::make_unique<BlobFiles>(*std::move(files));
   if (absl::Status r = tier->Recover(); !r.ok()) return r;
   return tier;
+}
+
+absl::Status DiskTier::PickLiveGeneration(const std::string& base,
+                                          std::vector<rocksdb::ColumnFamilyHandle*>* handles,
+                                          rocksdb::ColumnFamilyHandle** live) {
+  std::string name = base;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), default_, LiveFamilyKey(base), &name);
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "read the live " + base + " family");
+  for (auto it = handles->begin(); it != handles->end();) {
+    rocksdb::ColumnFamilyHandle* handle = *it;
+    if (!IsGenerationOf(handle->GetName(), base)) {
+      ++it;
+      continue;
+    }
+    it = handles->erase(it);
+    if (handle->GetName() == name) {
+      *live = handle;
+      continue;
+    }
+    // Left by a switch that a crash interrupted (before or after it): not live.
+    Log(LogLevel::kWarning, absl::StrCat("cache: dropping the stale family ", handle->GetName()));
+    s = db_->DropColumnFamily(handle);
+    db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+    if (!s.ok()) return FromRocks(s, "drop a stale " + base + " family");
+  }
+  if (*live == nullptr) {
+    return absl::DataLossError(
+        absl::StrCat("the live family ", name, " of ", path_.string(), " is missing"));
+  }
+  return absl::OkStatus();
 }
 
 DiskTier::~DiskTier() {
@@ -277,139 +305,30 @@ absl::Status DiskTier::Resume() {
   return ResumeLocked();
 }
 
-// Rebuilds the in-memory index from the database and repairs what a crash can leave behind:
-// chunks of staged writes that never committed, records without a ready marker, unreadable
-// headers, and blobs no task uses.
+// Rebuilds the in-memory index from the database and repairs what a crash or a damaged disk can
+// leave behind: chunks of staged writes that never committed, records without a ready marker,
+// unreadable headers, blobs no task uses, and families with damaged blocks.
 absl::Status DiskTier::Recover() {
   rocksdb::WriteBatch repairs;
-  std::vector<std::string> pending;
-  rocksdb::Status s =
-      ScanPrefix(db_, meta_, kPendingPrefix,
-                 [&](std::string key, std::string_view) { pending.push_back(key); });
-  if (!s.ok()) return FromRocks(s, "scan staged writes");
-  for (const std::string& key : pending) {
-    std::string header;
-    if (db_->Get(rocksdb::ReadOptions(), meta_, kHeaderPrefix + key, &header).IsNotFound()) {
-      AddBlobDeletion(key, &repairs);
-      ++counters_.staged_writes_recovered;
-      Log(LogLevel::kWarning, absl::StrCat("cache: discarding uncommitted KV blob ", key));
-    } else {
+  std::map<std::string, std::string> ready, marked;
+  if (absl::Status s = ReadTaskMarkers(&ready, &marked); !s.ok()) return s;
+  for (const auto& [id, why] : marked) {
+    if (!ready.count(id)) repairs.Delete(tasks_cf_, kQuarantinePrefix + id).PermitUncheckedError();
+  }
+  const bool damaged_on_disk = LoadReadyRecords(ready, marked);
+  SweepRecordsWithoutMarker(ready, &repairs);
+  BlobMetadata meta;
+  if (absl::Status s = ReadBlobMetadata(&meta); !s.ok()) return s;
+  for (const std::string& key : meta.pending) {
+    if (meta.headers.count(key)) {
       repairs.Delete(meta_, kPendingPrefix + key).PermitUncheckedError();
-    }
-  }
-  // Ready tasks. Each record is read on its own, with its checksums verified (the tasks family
-  // keeps one entry per block, TasksFamilyOptions), so a damaged record costs only its own task:
-  // it is quarantined (kept, listed with the reason) instead of stopping the open.
-  std::map<std::string, std::string> ready;
-  s = ScanPrefix(db_, tasks_cf_, kReadyPrefix,
-                 [&](std::string id, std::string_view key) { ready[id] = std::string(key); });
-  if (!s.ok()) return FromRocks(s, "scan ready tasks");
-  std::map<std::string, std::string> marked;  // quarantined before a migration: id -> reason
-  s = ScanPrefix(db_, tasks_cf_, kQuarantinePrefix, [&](std::string id, std::string_view why) {
-    if (ready.count(id)) {
-      marked[id] = std::string(why);
-    } else {
-      repairs.Delete(tasks_cf_, kQuarantinePrefix + id).PermitUncheckedError();
-    }
-  });
-  if (!s.ok()) return FromRocks(s, "scan quarantined tasks");
-  bool damaged_on_disk = false;  // a record RocksDB itself cannot read (its block is damaged)
-  for (const auto& [id, key] : ready) {
-    if (auto it = marked.find(id); it != marked.end()) {
-      quarantined_[id] = it->second;
-      Log(LogLevel::kError,
-          absl::StrCat("cache: task ", id, " has a damaged record (", it->second,
-                       "); still quarantined: not served, other tasks unaffected"));
       continue;
     }
-    rocksdb::ReadOptions ro;
-    ro.verify_checksums = true;
-    std::string bytes;
-    rocksdb::Status got = db_->Get(ro, tasks_cf_, kTaskPrefix + id, &bytes);
-    if (got.IsNotFound()) {  // a marker without its record: nothing to serve or report
-      repairs.Delete(tasks_cf_, kReadyPrefix + id).PermitUncheckedError();
-      continue;
-    }
-    if (!got.ok()) damaged_on_disk = true;
-    absl::StatusOr<TaskRecord> record =
-        got.ok() ? ParseTaskRecord(bytes) : absl::StatusOr<TaskRecord>(FromRocks(got, "read"));
-    if (record.ok() && record->task_id != id) {
-      record = absl::DataLossError(absl::StrCat("the record names task ", record->task_id));
-    }
-    if (!record.ok()) {
-      ++counters_.corruptions_detected;
-      quarantined_[id] = std::string(record.status().message());
-      Log(LogLevel::kError,
-          absl::StrCat("cache: task ", id, " has a damaged record (", record.status().ToString(),
-                       "); quarantined: kept on disk, not served, other tasks unaffected"));
-      continue;
-    }
-    users_[record->kv_key].insert(id);
-    tasks_[id] = *std::move(record);
+    AddBlobDeletion(key, &repairs);
+    ++counters_.staged_writes_recovered;
+    Log(LogLevel::kWarning, absl::StrCat("cache: discarding uncommitted KV blob ", key));
   }
-  {
-    // Records without a ready marker cannot happen with atomic batches; never visible either way.
-    // Keys only, without block checksums: a damaged record must not stop this sweep (the records
-    // were checked above).
-    rocksdb::ReadOptions ro;
-    ro.verify_checksums = false;
-    ro.fill_cache = false;  // an unverified block must not be served later from the block cache
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tasks_cf_));
-    for (it->Seek(kTaskPrefix); it->Valid() && it->key().starts_with(kTaskPrefix); it->Next()) {
-      const std::string id = it->key().ToString().substr(sizeof(kTaskPrefix) - 1);
-      if (!ready.count(id)) repairs.Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
-    }
-    if (!it->status().ok()) {
-      Log(LogLevel::kWarning, absl::StrCat("cache: sweeping task records without a ready marker "
-                                           "stopped early: ",
-                                           it->status().ToString()));
-    }
-  }
-  // Blobs.
-  std::map<std::string, uint64_t> access;
-  s = ScanPrefix(db_, meta_, kAccessPrefix, [&](std::string key, std::string_view v) {
-    access[key] = DecodeU64(v);
-    clock_ = std::max(clock_, DecodeU64(v));
-  });
-  if (!s.ok()) return FromRocks(s, "scan access times");
-  s = ScanPrefix(db_, meta_, kHeaderPrefix, [&](std::string key, std::string_view bytes) {
-    auto header = ParseBlobHeader(bytes);
-    if (!header.ok() || header->key != key) {
-      ++counters_.corruptions_detected;
-      Log(LogLevel::kError, absl::StrCat("cache: KV blob ", key, " has a damaged header; deleted"));
-      AddBlobDeletion(key, &repairs);
-      return;
-    }
-    if (!users_.count(key)) {  // no task uses it (its task was deleted mid-flight): garbage
-      AddBlobDeletion(key, &repairs);
-      return;
-    }
-    if (header->format_version != kCacheFormatVersion) {
-      // Format 2 kept the payload as chunks inside RocksDB; its tasks re-encode on first use.
-      Log(LogLevel::kInfo,
-          absl::StrCat("cache: KV blob ", key, " is in format ", header->format_version,
-                       " (this server writes ", kCacheFormatVersion,
-                       "); dropped, and re-encoded when its task is next used"));
-      ++counters_.old_format_blobs_dropped;
-      AddBlobDeletion(key, &repairs);
-      return;
-    }
-    auto size = files_->SizeOf(key);
-    if (!size.ok() || *size != header->total_bytes) {
-      ++counters_.corruptions_detected;
-      Log(LogLevel::kError,
-          absl::StrCat("cache: KV blob ", key, " has ",
-                       size.ok() ? absl::StrCat("a file of ", *size, " bytes, expected ",
-                                                header->total_bytes)
-                                 : std::string(size.status().message()),
-                       "; deleted"));
-      AddBlobDeletion(key, &repairs);
-      return;
-    }
-    blobs_[key] = {header->total_bytes, access.count(key) ? access[key] : 0};
-    bytes_ += header->total_bytes;
-  });
-  if (!s.ok()) return FromRocks(s, "scan blob headers");
+  for (const auto& [key, bytes] : meta.headers) AdmitBlob(key, bytes, meta.access, &repairs);
   if (repairs.Count() > 0 || !doomed_files_.empty()) {
     if (absl::Status c = CommitLocked(&repairs, true, "write recovery repairs"); !c.ok()) return c;
   }
@@ -428,49 +347,231 @@ absl::Status DiskTier::Recover() {
   return absl::OkStatus();
 }
 
+absl::Status DiskTier::ReadTaskMarkers(std::map<std::string, std::string>* ready,
+                                       std::map<std::string, std::string>* marked) {
+  auto scan = [&] {
+    ready->clear();
+    marked->clear();
+    rocksdb::Status s = ScanPrefix(db_, tasks_cf_, kReadyPrefix, [&](std::string id, auto key) {
+      (*ready)[id] = std::string(key);
+    });
+    if (!s.ok()) return s;
+    return ScanPrefix(db_, tasks_cf_, kQuarantinePrefix,
+                      [&](std::string id, auto why) { (*marked)[id] = std::string(why); });
+  };
+  rocksdb::Status s = scan();
+  if (s.IsCorruption()) {
+    // A damaged marker block, or an index block that hides every entry of its file.
+    if (absl::Status salvaged =
+            SalvageFamily(kTasksFamily, &tasks_cf_, s.ToString(), QuarantineUnmarkedRecords);
+        !salvaged.ok()) {
+      return salvaged;
+    }
+    s = scan();
+  }
+  return FromRocks(s, "scan ready tasks");
+}
+
+// Each record is read on its own, with its checksums verified (the tasks family keeps one entry
+// per block), so a damaged record costs only its own task: it is quarantined (kept, listed with
+// the reason) instead of stopping the open. True when RocksDB itself could not read a record.
+bool DiskTier::LoadReadyRecords(const std::map<std::string, std::string>& ready,
+                                const std::map<std::string, std::string>& marked) {
+  bool damaged_on_disk = false;
+  for (const auto& [id, key] : ready) {
+    if (auto it = marked.find(id); it != marked.end()) {
+      quarantined_[id] = it->second;
+      Log(LogLevel::kError,
+          absl::StrCat("cache: task ", id, " has a damaged record (", it->second,
+                       "); still quarantined: not served, other tasks unaffected"));
+      continue;
+    }
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    std::string bytes;
+    rocksdb::Status got = db_->Get(ro, tasks_cf_, kTaskPrefix + id, &bytes);
+    absl::StatusOr<TaskRecord> record =
+        got.ok() ? ParseTaskRecord(bytes) : absl::StatusOr<TaskRecord>(FromRocks(got, "read"));
+    if (got.IsNotFound()) {
+      // Atomic batches never leave a marker without its record: the record's block was lost to
+      // damage (a salvage skips what fails its checksum).
+      record = absl::DataLossError("its record is missing (lost to damage on disk)");
+    } else if (!got.ok()) {
+      damaged_on_disk = true;
+    }
+    if (record.ok() && record->task_id != id) {
+      record = absl::DataLossError(absl::StrCat("the record names task ", record->task_id));
+    }
+    if (!record.ok()) {
+      ++counters_.corruptions_detected;
+      quarantined_[id] = std::string(record.status().message());
+      Log(LogLevel::kError,
+          absl::StrCat("cache: task ", id, " has a damaged record (", record.status().ToString(),
+                       "); quarantined: kept on disk, not served, other tasks unaffected"));
+      continue;
+    }
+    users_[record->kv_key].insert(id);
+    tasks_[id] = *std::move(record);
+  }
+  return damaged_on_disk;
+}
+
+void DiskTier::SweepRecordsWithoutMarker(const std::map<std::string, std::string>& ready,
+                                         rocksdb::WriteBatch* repairs) {
+  // A crash between a delete's two batches (the marker goes first) leaves a record without its
+  // ready marker: never visible. Keys only, without block checksums: a damaged record must not
+  // stop this sweep (the records were checked above).
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = false;
+  ro.fill_cache = false;  // an unverified block must not be served later from the block cache
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tasks_cf_));
+  for (it->Seek(kTaskPrefix); it->Valid() && it->key().starts_with(kTaskPrefix); it->Next()) {
+    const std::string id = it->key().ToString().substr(sizeof(kTaskPrefix) - 1);
+    if (!ready.count(id)) repairs->Delete(tasks_cf_, kTaskPrefix + id).PermitUncheckedError();
+  }
+  if (!it->status().ok()) {
+    Log(LogLevel::kWarning, absl::StrCat("cache: sweeping task records without a ready marker "
+                                         "stopped early: ",
+                                         it->status().ToString()));
+  }
+}
+
+absl::Status DiskTier::ReadBlobMetadata(BlobMetadata* meta) {
+  auto scan = [&] {
+    *meta = BlobMetadata();
+    rocksdb::Status s = ScanPrefix(db_, meta_, kPendingPrefix,
+                                   [&](std::string key, auto) { meta->pending.push_back(key); });
+    if (!s.ok()) return s;
+    s = ScanPrefix(db_, meta_, kAccessPrefix,
+                   [&](std::string key, auto v) { meta->access[key] = DecodeU64(v); });
+    if (!s.ok()) return s;
+    return ScanPrefix(db_, meta_, kHeaderPrefix, [&](std::string key, auto bytes) {
+      meta->headers[key] = std::string(bytes);
+    });
+  };
+  rocksdb::Status s = scan();
+  if (s.IsCorruption()) {
+    // Re-creatable: the blobs whose headers are lost are removed and re-encoded on first use.
+    if (absl::Status salvaged = SalvageFamily(kMetaFamily, &meta_, s.ToString(), nullptr);
+        !salvaged.ok()) {
+      return salvaged;
+    }
+    s = scan();
+  }
+  for (const auto& [key, time] : meta->access) clock_ = std::max(clock_, time);
+  return FromRocks(s, "scan blob metadata");
+}
+
+void DiskTier::AdmitBlob(const std::string& key, const std::string& bytes,
+                         const std::map<std::string, uint64_t>& access,
+                         rocksdb::WriteBatch* repairs) {
+  auto header = ParseBlobHeader(bytes);
+  if (!header.ok() || header->key != key) {
+    ++counters_.corruptions_detected;
+    Log(LogLevel::kError, absl::StrCat("cache: KV blob ", key, " has a damaged header; deleted"));
+    AddBlobDeletion(key, repairs);
+    return;
+  }
+  if (!users_.count(key)) {  // no task uses it (its task was deleted mid-flight): garbage
+    AddBlobDeletion(key, repairs);
+    return;
+  }
+  if (header->format_version != kCacheFormatVersion) {
+    // Format 2 kept the payload as chunks inside RocksDB; its tasks re-encode on first use.
+    Log(LogLevel::kInfo,
+        absl::StrCat("cache: KV blob ", key, " is in format ", header->format_version,
+                     " (this server writes ", kCacheFormatVersion,
+                     "); dropped, and re-encoded when its task is next used"));
+    ++counters_.old_format_blobs_dropped;
+    AddBlobDeletion(key, repairs);
+    return;
+  }
+  auto size = files_->SizeOf(key);
+  if (!size.ok() || *size != header->total_bytes) {
+    ++counters_.corruptions_detected;
+    Log(LogLevel::kError,
+        absl::StrCat(
+            "cache: KV blob ", key, " has ",
+            size.ok() ? absl::StrCat("a file of ", *size, " bytes, expected ", header->total_bytes)
+                      : std::string(size.status().message()),
+            "; deleted"));
+    AddBlobDeletion(key, repairs);
+    return;
+  }
+  auto time = access.find(key);
+  blobs_[key] = {header->total_bytes, time != access.end() ? time->second : 0};
+  bytes_ += header->total_bytes;
+}
+
+// The family's entries, read from the valid data blocks of its files without their index blocks
+// (sst_salvage.h), are copied to its next generation (disk_families.h). An entry in a damaged
+// block is lost: a task record then shows as missing (quarantined), a blob header as absent (the
+// blob is re-encoded on first use).
+absl::Status DiskTier::SalvageFamily(const std::string& base, rocksdb::ColumnFamilyHandle** live,
+                                     const std::string& why, const SalvageFixup& fixup) {
+  ++counters_.corruptions_detected;
+  const std::string old_name = (*live)->GetName();
+  Log(LogLevel::kError, absl::StrCat("cache: the ", old_name, " family cannot be read (", why,
+                                     "); salvaging its readable entries"));
+  uint64_t in_memory = 0;
+  if (db_->GetIntProperty(*live, "rocksdb.num-entries-active-mem-table", &in_memory) &&
+      in_memory > 0) {
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    db_->Flush(fo, *live).PermitUncheckedError();
+  }
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  std::vector<SalvagedEntry> entries;
+  for (const auto& f : files) {
+    if (f.column_family_name != old_name) continue;
+    const std::filesystem::path file =
+        std::filesystem::path(f.db_path) / std::filesystem::path(f.name).filename();
+    auto table = SalvageSingleEntryBlocks(file, f.smallestkey, f.largestkey, f.smallest_seqno,
+                                          f.largest_seqno);
+    if (!table.ok()) return table.status();
+    std::move(table->entries.begin(), table->entries.end(), std::back_inserter(entries));
+  }
+  auto values = NewestValues(entries);
+  if (fixup) fixup(&values);
+  absl::Status s = FromRocks(
+      SwitchToFreshFamily(*db_, default_, base, live,
+                          [&](rocksdb::ColumnFamilyHandle* fresh, rocksdb::WriteBatch* batch) {
+                            for (const auto& [key, value] : values) {
+                              batch->Put(fresh, key, value).PermitUncheckedError();
+                            }
+                          }),
+      "salvage the " + old_name + " family");
+  if (!s.ok()) return s;
+  Log(LogLevel::kWarning, absl::StrCat("cache: ", values.size(), " entries of ", old_name,
+                                       " salvaged into ", (*live)->GetName()));
+  return absl::OkStatus();
+}
+
 // A damaged block stays in its SST file until a compaction rewrites the file, and that compaction
-// would fail on it (with paranoid_checks, stopping every write). So the readable records, and a
-// quarantine marker per damaged one, are copied to a fresh tasks family, the default family is
-// switched to it in one synced write, and the old family is dropped whole (its files deleted
-// unread). A crash before the switch leaves the old family live (the next open migrates again);
-// after it, the next open drops the old one.
+// would fail on it: the records read (and a quarantine marker per damaged one) move to the next
+// generation of the family (disk_families.h).
 absl::Status DiskTier::MigrateTasksFamily() {
   const std::string old_name = tasks_cf_->GetName();
-  uint64_t generation = 0;
-  if (old_name.size() > sizeof(kTasksFamily)) {
-    generation = std::strtoull(old_name.c_str() + sizeof(kTasksFamily), nullptr, 10);
-  }
-  const std::string name = absl::StrCat(kTasksFamily, ".", generation + 1);
-  rocksdb::ColumnFamilyHandle* fresh = nullptr;
-  absl::Status s = FromRocks(db_->CreateColumnFamily(TasksFamilyOptions(), name, &fresh),
-                             "create a fresh tasks family");
+  absl::Status s =
+      FromRocks(SwitchToFreshFamily(
+                    *db_, default_, kTasksFamily, &tasks_cf_,
+                    [&](rocksdb::ColumnFamilyHandle* fresh, rocksdb::WriteBatch* batch) {
+                      for (const auto& [id, record] : tasks_) {
+                        batch->Put(fresh, kTaskPrefix + id, SerializeTaskRecord(record))
+                            .PermitUncheckedError();
+                        batch->Put(fresh, kReadyPrefix + id, record.kv_key).PermitUncheckedError();
+                      }
+                      for (const auto& [id, reason] : quarantined_) {
+                        batch->Put(fresh, kReadyPrefix + id, "").PermitUncheckedError();
+                        batch->Put(fresh, kQuarantinePrefix + id, reason).PermitUncheckedError();
+                      }
+                    }),
+                "move task records to a fresh tasks family");
   if (!s.ok()) return s;
-  rocksdb::WriteBatch batch;
-  for (const auto& [id, record] : tasks_) {
-    batch.Put(fresh, kTaskPrefix + id, SerializeTaskRecord(record)).PermitUncheckedError();
-    batch.Put(fresh, kReadyPrefix + id, record.kv_key).PermitUncheckedError();
-  }
-  for (const auto& [id, reason] : quarantined_) {
-    batch.Put(fresh, kReadyPrefix + id, "").PermitUncheckedError();
-    batch.Put(fresh, kQuarantinePrefix + id, reason).PermitUncheckedError();
-  }
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  s = FromRocks(db_->Write(wo, &batch), "copy task records to a fresh tasks family");
-  if (s.ok()) {
-    s = FromRocks(db_->Put(wo, default_, kLiveTasksFamilyKey, name), "switch the tasks family");
-  }
-  if (!s.ok()) {
-    db_->DropColumnFamily(fresh).PermitUncheckedError();
-    db_->DestroyColumnFamilyHandle(fresh).PermitUncheckedError();
-    return s;
-  }
-  db_->DropColumnFamily(tasks_cf_).PermitUncheckedError();  // else dropped by the next open
-  db_->DestroyColumnFamilyHandle(tasks_cf_).PermitUncheckedError();
-  tasks_cf_ = fresh;
-  Log(LogLevel::kWarning,
-      absl::StrCat("cache: task records moved from the damaged family ", old_name, " to ", name,
-                   " (", tasks_.size(), " records, ", quarantined_.size(), " quarantined)"));
+  Log(LogLevel::kWarning, absl::StrCat("cache: task records moved from the damaged family ",
+                                       old_name, " to ", tasks_cf_->GetName(), " (", tasks_.size(),
+                                       " records, ", quarantined_.size(), " quarantined)"));
   return absl::OkStatus();
 }
 

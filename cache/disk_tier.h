@@ -131,8 +131,37 @@ class DiskTier {
     uint64_t bytes = 0;
     uint64_t last_access = 0;
   };
+  struct BlobMetadata {                          // the blob-metadata family's entries, read at open
+    std::vector<std::string> pending;            // format 2 staged writes
+    std::map<std::string, uint64_t> access;      // key -> last access
+    std::map<std::string, std::string> headers;  // key -> serialized header
+  };
   DiskTier() = default;
+  // One open; `repairing` opens without paranoid checks or compactions, to salvage a family whose
+  // table files RocksDB cannot open.
+  static absl::StatusOr<std::unique_ptr<DiskTier>> OpenOnce(const std::filesystem::path& path,
+                                                            const DiskTierOptions& options,
+                                                            bool repairing);
+  // Takes `base`'s generations out of `handles`: the live one into `*live`, the others dropped.
+  absl::Status PickLiveGeneration(const std::string& base,
+                                  std::vector<rocksdb::ColumnFamilyHandle*>* handles,
+                                  rocksdb::ColumnFamilyHandle** live);
   absl::Status Recover();
+  // Recover()'s steps.
+  absl::Status ReadTaskMarkers(std::map<std::string, std::string>* ready,
+                               std::map<std::string, std::string>* marked);
+  bool LoadReadyRecords(const std::map<std::string, std::string>& ready,
+                        const std::map<std::string, std::string>& marked);
+  void SweepRecordsWithoutMarker(const std::map<std::string, std::string>& ready,
+                                 rocksdb::WriteBatch* repairs);
+  absl::Status ReadBlobMetadata(BlobMetadata* meta);
+  void AdmitBlob(const std::string& key, const std::string& bytes,
+                 const std::map<std::string, uint64_t>& access, rocksdb::WriteBatch* repairs);
+  // Copies what can be read of a damaged family to its next generation (disk_tier.cc).
+  // `fixup` may amend the salvaged (key, value) pairs before they are written.
+  using SalvageFixup = std::function<void(std::vector<std::pair<std::string, std::string>>*)>;
+  absl::Status SalvageFamily(const std::string& base, rocksdb::ColumnFamilyHandle** live,
+                             const std::string& why, const SalvageFixup& fixup);
   // Moves the task records to a fresh tasks family, leaving a damaged one behind (disk_tier.cc).
   absl::Status MigrateTasksFamily();
   // Streams ctx's chunks into batches; the last one gets the header, the access time and then

@@ -10,10 +10,12 @@
 #include <atomic>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "tests/cache/support/sst_damage.h"
 #include "tests/integration/prometheus_text.h"
 #include "tests/integration/server_under_test.h"
 #include "tests/integration/service_client.h"
@@ -302,22 +304,19 @@ TEST(TaskLifecycleTest, ClassifyRacingLabelChangingReplacesAnswersFromOneVersion
 
 // Flips one bit inside the first occurrence of `marker` in the data directory's SST files.
 bool FlipByteOnDisk(const std::filesystem::path& dir, const std::string& marker) {
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.path().extension() != ".sst") continue;
-    std::string bytes;
-    {
-      std::ifstream in(e.path(), std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    const size_t at = bytes.find(marker);
-    if (at == std::string::npos) continue;
-    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(at + 3));
-    const char c = static_cast<char>(bytes[at + 3] ^ 0x04);
-    f.write(&c, 1);
-    return true;
+  return FlipByteInDataBlockHolding(SstFilesIn(dir), marker);
+}
+
+// The SST files that hold `text` (a family's name is in its files' properties block).
+std::vector<std::filesystem::path> SstFilesHolding(const std::filesystem::path& dir,
+                                                   const std::string& text) {
+  std::vector<std::filesystem::path> holding;
+  for (const auto& file : SstFilesIn(dir)) {
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    if (bytes.find(text) != std::string::npos) holding.push_back(file);
   }
-  return false;
+  return holding;
 }
 
 v1::TaskSpec MarkedSpec(const std::string& marker) {
@@ -474,6 +473,46 @@ TEST(TaskLifecycleTest, NewTaskIsEncodingWhileItsCreateRunsAndABadOneLeavesNothi
   EXPECT_EQ(task.state(), v1::TASK_STATE_READY);
   EXPECT_FALSE(task.replacing());
   EXPECT_EQ(task.content_hash(), fixed.result.task().content_hash());
+}
+
+TEST(TaskLifecycleTest, DamagedIndexBlocksOfTheStoreAreSalvagedAndEveryTaskServes) {
+  TempDir dir;
+  std::map<std::string, std::vector<double>> scores;
+  {
+    ServerUnderTest server(dir.path() / "data", {});
+    ASSERT_TRUE(server.started()) << server.Stderr();
+    auto stub = v1::ManyShot::NewStub(server.Channel());
+    for (const std::string id : {"one", "two"}) {
+      auto created = CreateTask(*stub, id, MarkedSpec("TASK-" + id), Sst2Demonstrations());
+      ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+      v1::ClassifyResponse response;
+      ASSERT_TRUE(Classify(*stub, id, kInputs, &response).ok());
+      scores[id] = Scores(response);
+    }
+    ASSERT_TRUE(server.process().Signal(SIGTERM));  // a clean stop flushes to SST files
+    ASSERT_EQ(server.process().Wait(std::chrono::seconds(60)).value_or(-1), 0) << server.Stderr();
+  }
+  // RocksDB refuses a table whose index block is damaged, and a paranoid open refuses the store.
+  int damaged = 0;
+  for (const auto& file : SstFilesHolding(dir.path() / "data", "ready/")) {
+    damaged += FlipByteInIndexBlock(file);
+  }
+  for (const auto& file : SstFilesHolding(dir.path() / "data", "kv_meta")) {
+    damaged += FlipByteInIndexBlock(file);
+  }
+  ASSERT_GE(damaged, 2);
+  ServerUnderTest server(dir.path() / "data", {});
+  ASSERT_TRUE(server.started()) << "damaged index blocks stopped the server: " << server.Stderr();
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  for (const std::string id : {"one", "two"}) {
+    v1::ClassifyResponse response;
+    ASSERT_TRUE(Classify(*stub, id, kInputs, &response).ok()) << id;
+    EXPECT_EQ(Scores(response), scores[id]) << id;
+  }
+  EXPECT_NE(server.Stderr().find("salvaging its readable entries"), std::string::npos)
+      << server.Stderr();
+  EXPECT_GE(Scrape(server.metrics_port(), "manyshot_cache_corruptions_total"), 2);
+  EXPECT_EQ(Scrape(server.metrics_port(), "manyshot_tasks_quarantined"), 0);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tests/cache/support/cache_test_support.h"
 
+#include <rocksdb/metadata.h>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -142,6 +144,18 @@ ContextCacheOptions CrashTestOptions() {
   o.max_batch_bytes = 64 << 10;
   o.sync_task_writes = true;
   return o;
+}
+
+std::vector<std::filesystem::path> SstFilesOf(rocksdb::DB& db, const std::string& family) {
+  std::vector<rocksdb::LiveFileMetaData> live;
+  db.GetLiveFilesMetaData(&live);
+  std::vector<std::filesystem::path> files;
+  for (const auto& f : live) {
+    if (f.column_family_name == family || f.column_family_name.rfind(family + ".", 0) == 0) {
+      files.push_back(std::filesystem::path(f.db_path) / std::filesystem::path(f.name).filename());
+    }
+  }
+  return files;
 }
 
 }  // namespace manyshot::testing

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <rocksdb/db.h>
+
 #include "cache/context_cache.h"
 #include "engine/prompting/icl_task.h"
 
@@ -31,6 +33,9 @@ EncodedContext SyntheticContext(Backend& backend, uint64_t seed, int64_t layers,
 
 // Empty when a and b have the same shape, dtype and bytes; else what differs first.
 std::string CompareContexts(const EncodedContext& a, const EncodedContext& b, Backend& backend);
+
+// The live SST files of every column family whose name is `family` or starts with `family.`.
+std::vector<std::filesystem::path> SstFilesOf(rocksdb::DB& db, const std::string& family);
 
 // A fresh directory under the temp dir (removed by the caller or left for inspection).
 std::filesystem::path FreshTempDir(const std::string& name);
