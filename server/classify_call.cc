@@ -87,16 +87,16 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
        request_id = request.request_id(), shared_done](ServedTask& task) {
         auto items = task.PrepareClassify(inputs);
         if (!items.ok()) return (*shared_done)(items.status());
-        parts.scheduler.Classify(held, *std::move(items), overrides, abandoned,
-                                 [&metrics, held, request_id, done = std::move(*shared_done)](
-                                     absl::StatusOr<std::vector<ClassifyResult>> results) {
-                                   if (!results.ok()) return done(results.status());
-                                   metrics.InputsClassified(results->size());
-                                   auto response =
-                                       ToResponse(held->stored.spec(), request_id, *results);
-                                   if (!response.ok()) return done(response.status());
-                                   done(*std::move(response));
-                                 });
+        parts.scheduler.Classify(
+            held, *std::move(items), task.RecomputedContextTokens(), overrides, abandoned,
+            [&metrics, held, request_id,
+             done = std::move(*shared_done)](absl::StatusOr<std::vector<ClassifyResult>> results) {
+              if (!results.ok()) return done(results.status());
+              metrics.InputsClassified(results->size());
+              auto response = ToResponse(held->stored.spec(), request_id, *results);
+              if (!response.ok()) return done(response.status());
+              done(*std::move(response));
+            });
       });
 }
 

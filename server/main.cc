@@ -92,7 +92,14 @@ ABSL_FLAG(int, preparation_threads, 0,
 ABSL_FLAG(int, max_concurrent_creates, 2,
           "CreateTask calls that encode at once; more wait their turn (creates of different tasks "
           "and tenants run side by side, two of one task one after the other)");
+ABSL_FLAG(uint64_t, engine_turn_tokens, 65536,
+          "Most context tokens the engine recomputes for one task (T5: demonstrations x inputs) "
+          "before other waiting tasks get a turn; larger requests are answered over several "
+          "turns, one input at least per turn");
 ABSL_FLAG(uint64_t, max_demonstrations, 100000, "Most demonstrations per task");
+ABSL_FLAG(uint64_t, max_query_context_tokens, 262144,
+          "Most context tokens a T5 task may encode again for every input (its demonstrations' "
+          "tokens after cutting to the segment length); a task above it is refused at creation");
 ABSL_FLAG(uint64_t, max_input_bytes, 64 * 1024, "Most bytes per input text or field");
 ABSL_FLAG(uint32_t, max_batch_inputs, 256, "Most inputs (or items) per Classify/Score request");
 ABSL_FLAG(uint32_t, max_candidates, 64, "Most candidates per Score item");
@@ -106,6 +113,15 @@ ABSL_FLAG(uint32_t, max_stream_inflight, 64,
 ABSL_FLAG(uint32_t, max_server_inflight, 1024,
           "Most StreamClassify requests of all streams being answered at once; beyond, a request "
           "is answered in-band with RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_streams_per_tenant, 256,
+          "Most StreamClassify and CreateTask streams one tenant may have open; the stream beyond "
+          "is refused at once with RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_streams_per_connection, 100,
+          "Most streams (calls) one client connection may have open at once (HTTP/2 "
+          "SETTINGS_MAX_CONCURRENT_STREAMS); the client queues the rest");
+ABSL_FLAG(int, stream_idle_timeout_seconds, 300,
+          "A StreamClassify or CreateTask stream that reads no message and has nothing being "
+          "answered for this long is closed with UNAVAILABLE");
 ABSL_FLAG(uint64_t, max_upload_bytes, 1ull << 30,
           "Most bytes of request messages one CreateTask upload may send (RESOURCE_EXHAUSTED "
           "beyond)");
@@ -154,6 +170,8 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.preparation_threads = absl::GetFlag(FLAGS_preparation_threads);
   config.max_concurrent_creates = absl::GetFlag(FLAGS_max_concurrent_creates);
   config.max_demonstrations = absl::GetFlag(FLAGS_max_demonstrations);
+  config.max_query_context_tokens = absl::GetFlag(FLAGS_max_query_context_tokens);
+  config.engine_turn_tokens = absl::GetFlag(FLAGS_engine_turn_tokens);
   config.max_input_bytes = absl::GetFlag(FLAGS_max_input_bytes);
   config.max_batch_inputs = absl::GetFlag(FLAGS_max_batch_inputs);
   config.max_candidates = absl::GetFlag(FLAGS_max_candidates);
@@ -164,6 +182,9 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
   config.max_server_inflight = absl::GetFlag(FLAGS_max_server_inflight);
   config.max_upload_bytes = absl::GetFlag(FLAGS_max_upload_bytes);
+  config.max_streams_per_tenant = absl::GetFlag(FLAGS_max_streams_per_tenant);
+  config.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  config.stream_idle_timeout_seconds = absl::GetFlag(FLAGS_stream_idle_timeout_seconds);
   config.max_total_upload_bytes = absl::GetFlag(FLAGS_max_total_upload_bytes);
   config.default_max_query_tokens = absl::GetFlag(FLAGS_default_max_query_tokens);
   config.default_max_answer_tokens = absl::GetFlag(FLAGS_default_max_answer_tokens);

@@ -293,6 +293,11 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   limits->set_max_stream_inflight(parts_.config.max_stream_inflight);
   limits->set_max_server_inflight(parts_.config.max_server_inflight);
   limits->set_max_upload_bytes(parts_.config.max_upload_bytes);
+  limits->set_max_query_context_tokens(parts_.config.max_query_context_tokens);
+  limits->set_max_streams_per_tenant(parts_.config.max_streams_per_tenant);
+  limits->set_max_streams_per_connection(parts_.config.max_streams_per_connection);
+  limits->set_stream_idle_timeout_seconds(
+      static_cast<uint32_t>(parts_.config.stream_idle_timeout_seconds));
   limits->set_max_total_upload_bytes(parts_.config.max_total_upload_bytes);
   limits->set_max_request_id_bytes(static_cast<uint32_t>(kMaxRequestIdBytes));
   const CacheStats stats = parts_.cache.Stats();

@@ -1,5 +1,8 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
 
@@ -38,11 +41,13 @@ size_t Scheduler::queued_inputs() const {
 }
 
 void Scheduler::Classify(std::shared_ptr<const TaskVersion> version,
-                         std::vector<QueryWithCandidates> items, const QueryOverrides& overrides,
+                         std::vector<QueryWithCandidates> items,
+                         int64_t recomputed_tokens_per_input, const QueryOverrides& overrides,
                          AbandonFlag abandoned, ClassifyDone done) {
   auto request = std::make_shared<Request>();
   request->version = std::move(version);
   request->weight = items.size();
+  request->tokens_per_input = recomputed_tokens_per_input;
   request->items = std::move(items);
   request->overrides = overrides;
   request->abandoned = std::move(abandoned);
@@ -103,6 +108,7 @@ void Scheduler::WorkerLoop() {
     if (!next) return;  // stopping, and nothing is left
     const std::string key = *std::move(next);
     auto& queue = pending_[key];
+    const size_t capacity = TurnCapacity(*queue.front());
     // A classification batch may wait a moment for more requests of the same task.
     if (!queue.front()->job) {
       auto deadline =
@@ -111,30 +117,15 @@ void Scheduler::WorkerLoop() {
         size_t n = 0;
         for (const auto& r : queue) {
           if (r->job || !SameOverrides(r->overrides, queue.front()->overrides)) break;
-          n += r->items.size();
+          n += r->items.size() - r->next;
         }
         return n;
       };
-      while (!stop_ && batch_inputs() < static_cast<size_t>(config_.max_batch_size) &&
+      while (!stop_ && batch_inputs() < capacity &&
              wake_.wait_until(lock, deadline) != std::cv_status::timeout) {
       }
     }
-    std::vector<std::shared_ptr<Request>> batch;
-    size_t inputs = 0;
-    while (!queue.empty()) {
-      auto& r = queue.front();
-      if (!batch.empty()) {
-        if (batch.front()->job || r->job ||
-            !SameOverrides(r->overrides, batch.front()->overrides) ||
-            inputs + r->items.size() > static_cast<size_t>(config_.max_batch_size)) {
-          break;
-        }
-      }
-      inputs += r->items.size();
-      queued_inputs_ -= r->weight;
-      batch.push_back(r);
-      queue.pop_front();
-    }
+    std::vector<Slice> batch = TakeTurn(queue, capacity);
     if (!queue.empty()) {
       order_.Add(queue.front()->version->tenant, key);  // the rest waits its next turn
     } else {
@@ -147,58 +138,126 @@ void Scheduler::WorkerLoop() {
   }
 }
 
-void Scheduler::RunBatch(std::vector<std::shared_ptr<Request>> batch) {
-  // Drop requests abandoned while they waited.
-  std::vector<std::shared_ptr<Request>> live;
-  for (auto& r : batch) {
-    if (hooks_.on_wait) {
-      hooks_.on_wait(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - r->enqueued).count());
+size_t Scheduler::TurnCapacity(const Request& front) const {
+  const auto most = static_cast<size_t>(config_.max_batch_size);
+  if (front.job) return 1;
+  if (front.tokens_per_input <= 0) return most;  // the context is cached: batch freely
+  const uint64_t fit = config_.engine_turn_tokens / static_cast<uint64_t>(front.tokens_per_input);
+  return static_cast<size_t>(std::clamp<uint64_t>(fit, 1, most));
+}
+
+std::vector<Scheduler::Slice> Scheduler::TakeTurn(std::deque<std::shared_ptr<Request>>& queue,
+                                                  size_t capacity) {
+  std::vector<Slice> batch;
+  size_t inputs = 0;
+  while (!queue.empty()) {
+    std::shared_ptr<Request> r = queue.front();
+    if (r->answered) {  // failed or cancelled in an earlier turn: its remaining items never run
+      queued_inputs_ -= r->job ? r->weight : r->items.size() - r->next;
+      queue.pop_front();
+      continue;
     }
-    if (r->abandoned->load()) {
-      r->done(absl::CancelledError("cancelled while queued"));
+    if (!batch.empty()) {
+      const Request& first = *batch.front().request;
+      if (first.job || r->job || !SameOverrides(r->overrides, first.overrides) ||
+          r->tokens_per_input != first.tokens_per_input || inputs == capacity) {
+        break;
+      }
+    }
+    if (r->job) {
+      queued_inputs_ -= r->weight;
+      queue.pop_front();
+      batch.push_back({r, 0, 0});
+      break;
+    }
+    const size_t take = std::min(capacity - inputs, r->items.size() - r->next);
+    batch.push_back({r, r->next, r->next + take});
+    r->next += take;
+    inputs += take;
+    queued_inputs_ -= take;
+    if (r->next < r->items.size()) break;  // the rest of this request waits for its next turn
+    queue.pop_front();
+  }
+  return batch;
+}
+
+void Scheduler::Answer(Request& request, absl::StatusOr<std::vector<ClassifyResult>> answer) {
+  if (request.answered) return;
+  request.answered = true;
+  request.results.clear();
+  request.done(std::move(answer));
+}
+
+void Scheduler::Deliver(const Slice& slice, absl::StatusOr<std::vector<ClassifyResult>> results) {
+  Request& r = *slice.request;
+  if (!results.ok()) return Answer(r, results.status());
+  std::move(results->begin(), results->end(), std::back_inserter(r.results));
+  if (slice.end == r.items.size()) Answer(r, std::move(r.results));
+}
+
+void Scheduler::RunBatch(std::vector<Slice> batch) {
+  // Drop requests abandoned while they waited (or answered by an earlier turn).
+  std::vector<Slice> live;
+  for (auto& slice : batch) {
+    Request& r = *slice.request;
+    if (r.answered) continue;
+    if (hooks_.on_wait && slice.begin == 0) {
+      hooks_.on_wait(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - r.enqueued).count());
+    }
+    if (r.abandoned->load()) {
+      Answer(r, absl::CancelledError("cancelled while queued"));
     } else {
-      live.push_back(r);
+      live.push_back(std::move(slice));
     }
   }
   if (live.empty()) return;
-  auto handle = registry_.Acquire(live.front()->version);
+  const Request& first = *live.front().request;
+  auto handle = registry_.Acquire(first.version);
   if (!handle.ok()) {
-    for (auto& r : live) r->done(handle.status());
+    for (auto& slice : live) Answer(*slice.request, handle.status());
     return;
   }
-  if (live.front()->job) {
-    absl::Status status = live.front()->job(*handle);
-    if (status.ok()) {
-      live.front()->done(std::vector<ClassifyResult>{});
-    } else {
-      live.front()->done(status);
-    }
+  if (first.job) {
+    absl::Status status = first.job(*handle);
+    Answer(*live.front().request,
+           status.ok() ? absl::StatusOr<std::vector<ClassifyResult>>(std::vector<ClassifyResult>{})
+                       : status);
     return;
   }
+  auto items_of = [](const Slice& slice) {
+    const auto& all = slice.request->items;
+    return std::vector<QueryWithCandidates>(all.begin() + static_cast<ptrdiff_t>(slice.begin),
+                                            all.begin() + static_cast<ptrdiff_t>(slice.end));
+  };
   std::vector<QueryWithCandidates> items;
-  for (const auto& r : live) items.insert(items.end(), r->items.begin(), r->items.end());
+  for (const auto& slice : live) {
+    auto mine = items_of(slice);
+    std::move(mine.begin(), mine.end(), std::back_inserter(items));
+  }
   if (hooks_.on_batch) hooks_.on_batch(items.size());
-  auto results = handle->task->ClassifyPrepared(handle->get(), items, live.front()->overrides);
+  auto results = handle->task->ClassifyPrepared(handle->get(), items, first.overrides);
   if (!results.ok()) {
     // One request can fail the whole engine call (an override its task rejects): retry each
-    // request alone so only it fails.
+    // slice alone so only its request fails.
     if (live.size() > 1) {
-      for (auto& r : live) {
-        auto alone = handle->task->ClassifyPrepared(handle->get(), r->items, r->overrides);
-        r->done(std::move(alone));
+      for (auto& slice : live) {
+        Deliver(slice, handle->task->ClassifyPrepared(handle->get(), items_of(slice),
+                                                      slice.request->overrides));
       }
     } else {
-      live.front()->done(results.status());
+      Deliver(live.front(), results.status());
     }
     return;
   }
   size_t offset = 0;
-  for (auto& r : live) {
-    std::vector<ClassifyResult> mine(results->begin() + offset,
-                                     results->begin() + offset + r->items.size());
-    offset += r->items.size();
-    r->done(std::move(mine));
+  for (auto& slice : live) {
+    const size_t n = slice.end - slice.begin;
+    Deliver(slice,
+            std::vector<ClassifyResult>(
+                std::make_move_iterator(results->begin() + static_cast<ptrdiff_t>(offset)),
+                std::make_move_iterator(results->begin() + static_cast<ptrdiff_t>(offset + n))));
+    offset += n;
   }
 }
 

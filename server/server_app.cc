@@ -197,6 +197,13 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   grpc::ServerBuilder builder;
   // gRPC enables SO_REUSEPORT by default, which would let a second server silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Streams one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: the
+  // client queues the rest), and keepalive pings that find peers which vanished without closing,
+  // whose streams then end instead of holding their slots.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(config.max_streams_per_connection));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.AddListeningPort(config.listen_address, *creds, &app->grpc_port_);

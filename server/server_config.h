@@ -56,6 +56,11 @@ struct ServerConfig {
   // CreateTask calls that tokenize, encode and store at once (others wait their turn); each
   // running one holds its task's demonstrations and KV in memory while it encodes.
   int max_concurrent_creates = 2;
+  // Time-slicing of the engine: a turn of one task runs at most this many recomputed context
+  // tokens (T5: every demonstration is encoded again for each input) before the other tasks
+  // waiting get theirs; a request above it is answered over several turns (at least one input
+  // per turn). Tasks whose context is cached (decoder-only) batch up to max_batch_size.
+  uint64_t engine_turn_tokens = 65536;
 
   // Limits (reported by GetServerInfo).
   uint64_t max_demonstrations = 100000;
@@ -69,9 +74,17 @@ struct ServerConfig {
   // Bounds on what clients can make the server hold (README "Limits"): StreamClassify requests
   // being answered per stream and over all streams, and the bytes one CreateTask upload buffers.
   uint32_t max_stream_inflight = 64;
+  // Open StreamClassify and CreateTask streams per tenant, HTTP/2 streams per connection, and how
+  // long a stream may do nothing before it is closed.
+  uint32_t max_streams_per_tenant = 256;
+  uint32_t max_streams_per_connection = 100;
+  int stream_idle_timeout_seconds = 300;
   uint32_t max_server_inflight = 1024;
   uint64_t max_upload_bytes = 1ull << 30;
   uint64_t max_total_upload_bytes = 2ull << 30;  // of all CreateTask calls until each ends
+  // Context tokens a T5 task encodes again for every input (its demonstrations' segment tokens,
+  // k x S at most): one input's compute and memory grow with it, so a task above it is refused.
+  uint64_t max_query_context_tokens = 262144;
   uint32_t default_max_query_tokens = 128;
   uint32_t default_max_answer_tokens = 32;
 };

@@ -8,6 +8,7 @@
 #include "engine/prompting/icl_served_task.h"
 #include "engine/t5/prompt_modes.h"
 #include "engine/t5/t5_task.h"
+#include "server/grpc_status.h"
 #include "server/t5_task_spec.h"
 #include "server/task_spec.h"
 #include "spdlog/spdlog.h"
@@ -467,8 +468,17 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
   for (const auto& prompt : layout->prompt_demonstrations) {
     stats->add_demonstrations_per_group(static_cast<uint32_t>(prompt.size()));
   }
-  int64_t tokens = 0;
-  for (const auto& segment : set.segments) tokens += static_cast<int64_t>(segment.size());
+  const int64_t tokens = task->RecomputedContextTokens();
+  if (static_cast<uint64_t>(tokens) > config_.max_query_context_tokens) {
+    // Every input of this task would encode them all again: one input's time and memory.
+    return fail(InvalidFieldError(
+        "demonstrations",
+        absl::StrCat(
+            "this T5 task would encode ", tokens, " demonstration tokens again for every input (",
+            set.demonstrations(), " demonstrations of up to ", set.segment_length,
+            " tokens), more than --max_query_context_tokens ", config_.max_query_context_tokens,
+            "; use fewer demonstrations or a shorter segment_length")));
+  }
   stats->set_context_tokens(static_cast<uint64_t>(tokens));
   stats->set_truncated_demonstrations(static_cast<uint64_t>(set.truncated_demonstrations));
   stats->set_segment_length(static_cast<uint32_t>(set.segment_length));

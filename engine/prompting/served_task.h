@@ -33,6 +33,11 @@ class ServedTask {
   virtual absl::StatusOr<std::vector<ChoiceResult>> ScoreChoicesPrepared(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
       const QueryOverrides& overrides) = 0;
+  // Context tokens the model processes again for every input, which a batch does not share: 0
+  // when the context is encoded once and cached (decoder-only), the demonstrations' tokens for
+  // T5 (their encoder states depend on the input). The server time-slices by it.
+  virtual int64_t RecomputedContextTokens() const { return 0; }
+
   virtual absl::StatusOr<GenerationOutput> Generate(const EncodedContext* context,
                                                     const Example& input, GenerationParams params,
                                                     const QueryOverrides& overrides) = 0;

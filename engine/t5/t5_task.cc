@@ -154,6 +154,13 @@ absl::StatusOr<T5ModeOptions> T5Task::ModeFor(const QueryOverrides& overrides) c
   return conventional;
 }
 
+int64_t T5Task::RecomputedContextTokens() const {
+  int64_t tokens = 0;
+  for (const auto& segment : demonstrations_.segments)
+    tokens += static_cast<int64_t>(segment.size());
+  return tokens;
+}
+
 absl::StatusOr<std::vector<QueryWithCandidates>> T5Task::PrepareClassify(
     const std::vector<Example>& inputs) const {
   if (options_.common.labels.empty()) {

@@ -60,6 +60,8 @@ class T5Task : public ServedTask {
   // a rescale factor.
   absl::StatusOr<T5ModeOptions> ModeFor(const QueryOverrides& overrides) const;
 
+  int64_t RecomputedContextTokens() const override;
+
   // ServedTask. `context` is unused (a T5 task has none in the cache) and may be null.
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
       const std::vector<Example>& inputs) const override;
