@@ -11,14 +11,58 @@ namespace manyshot::server {
 CreateTaskReactor::CreateTaskReactor(ServiceParts& parts, JobThreads& jobs,
                                      grpc::CallbackServerContext* context)
     : parts_(parts), jobs_(jobs), context_(context), tenant_(TenantOf(context)) {
+  if (absl::Status admitted = parts_.streams.Admit(tenant_, this); !admitted.ok()) {
+    Fail(admitted);
+    return;
+  }
+  admitted_ = true;
   StartRead(&read_buffer_);
 }
 
+bool CreateTaskReactor::TryRef() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ended_ || refs_ == 0) return false;
+  ++refs_;
+  return true;
+}
+
+void CreateTaskReactor::Unref() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--refs_ > 0) return;
+  }
+  if (admitted_) parts_.streams.Remove(tenant_, this);
+  // What this call held, received or not yet stored.
+  parts_.upload_bytes.fetch_sub(bytes_);
+  parts_.metrics.UploadBytesReleased(bytes_);
+  delete this;
+}
+
+void CreateTaskReactor::EndIfIdleSince(std::chrono::steady_clock::time_point since,
+                                       std::chrono::seconds limit) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ended_ || !reading_ || last_activity_ > since) return;
+    ended_ = true;
+  }
+  writes_.Finish(parts_.Record("CreateTask", context_, start_, "", ToGrpc(StreamIdleError(limit))));
+}
+
 void CreateTaskReactor::Fail(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = true;
+  }
   writes_.Finish(parts_.Record("CreateTask", context_, start_, first_.task_id(), ToGrpc(status)));
 }
 
 void CreateTaskReactor::OnReadDone(bool ok) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ended_) return;  // ended meanwhile (idle): nothing more is read or encoded
+    last_activity_ = std::chrono::steady_clock::now();
+    if (!ok) reading_ = false;
+  }
   if (!ok) {
     if (context_->IsCancelled()) return Fail(absl::CancelledError("cancelled during upload"));
     if (messages_ == 0) {
@@ -33,14 +77,12 @@ void CreateTaskReactor::OnReadDone(bool ok) {
     SendProgress(v1::CreateTaskProgress::PHASE_RECEIVING, 0, 0, 0);
     last_progress_ = std::chrono::steady_clock::now();
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ended_) return;
+    last_activity_ = std::chrono::steady_clock::now();
+  }
   StartRead(&read_buffer_);
-}
-
-void CreateTaskReactor::OnDone() {
-  // What this call held, received or not yet stored.
-  parts_.upload_bytes.fetch_sub(bytes_);
-  parts_.metrics.UploadBytesReleased(bytes_);
-  delete this;
 }
 
 absl::Status CreateTaskReactor::Accept() {

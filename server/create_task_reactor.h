@@ -5,10 +5,13 @@
 // A message that cannot be decoded, or one over the limits, fails the call before anything is
 // stored: the registry sees the task only once the whole upload was read and validated. One upload
 // may buffer at most --max_upload_bytes of request messages, and all uploads together at most
-// --max_total_upload_bytes until their calls end (RESOURCE_EXHAUSTED beyond).
+// --max_total_upload_bytes until their calls end (RESOURCE_EXHAUSTED beyond). The stream counts
+// against --max_streams_per_tenant, and an upload idle for --stream_idle_timeout_seconds ends
+// with UNAVAILABLE (server/stream_registry.h).
 #pragma once
 
 #include <chrono>
+#include <mutex>
 
 #include "google/protobuf/repeated_ptr_field.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -16,18 +19,27 @@
 #include "manyshot/v1/manyshot.pb.h"
 #include "server/job_threads.h"
 #include "server/service_parts.h"
+#include "server/stream_registry.h"
 #include "server/write_queue.h"
 
 namespace manyshot::server {
 
-class CreateTaskReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class CreateTaskReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                                public StreamRegistry::Stream {
  public:
   // Starts reading; deletes itself when the call is done.
   CreateTaskReactor(ServiceParts& parts, JobThreads& jobs, grpc::CallbackServerContext* context);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override { writes_.OnWriteDone(ok); }
-  void OnDone() override;
+  void OnDone() override { Unref(); }
+
+  // StreamRegistry::Stream: an upload that sends nothing for the idle limit is ended (and what it
+  // holds of --max_total_upload_bytes given back); encoding is never idle.
+  bool TryRef() override;
+  void Unref() override;
+  void EndIfIdleSince(std::chrono::steady_clock::time_point since,
+                      std::chrono::seconds limit) override;
 
  private:
   // Takes one request message; an error fails the call.
@@ -51,6 +63,13 @@ class CreateTaskReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   v1::CreateTaskRequest first_;
   google::protobuf::RepeatedPtrField<v1::Demonstration> demos_;
   std::chrono::steady_clock::time_point last_progress_ = start_;
+  // Shared with the idle watchdog.
+  std::mutex mutex_;
+  int refs_ = 1;           // gRPC's until OnDone, plus the watchdog's while it looks
+  bool ended_ = false;     // Finish was requested by a failure or the idle watchdog
+  bool reading_ = true;    // the upload phase (the only one that can be idle)
+  bool admitted_ = false;  // registered in parts_.streams
+  std::chrono::steady_clock::time_point last_activity_ = start_;
 };
 
 }  // namespace manyshot::server

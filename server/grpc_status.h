@@ -27,6 +27,8 @@ inline constexpr char kServerInflightLimit[] = "SERVER_INFLIGHT_LIMIT";
 inline constexpr char kUploadTooLarge[] = "UPLOAD_TOO_LARGE";
 inline constexpr char kUploadsInFlightLimit[] = "UPLOADS_IN_FLIGHT_LIMIT";
 inline constexpr char kShuttingDown[] = "SHUTTING_DOWN";
+inline constexpr char kStreamsPerTenantLimit[] = "STREAMS_PER_TENANT_LIMIT";
+inline constexpr char kStreamIdle[] = "STREAM_IDLE";
 }  // namespace reason
 
 // The request field at fault and a specific reason travel as absl::Status payloads, so the code

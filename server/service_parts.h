@@ -16,6 +16,7 @@
 #include "server/scheduler.h"
 #include "server/server_config.h"
 #include "server/service_metrics.h"
+#include "server/stream_registry.h"
 #include "server/task_registry.h"
 
 namespace manyshot::server {
@@ -35,6 +36,9 @@ struct ServiceParts {
   // Request bytes that CreateTask calls hold (received, not yet stored or failed) on all calls
   // (--max_total_upload_bytes).
   std::atomic<uint64_t> upload_bytes{0};
+  // Open StreamClassify and CreateTask streams: per-tenant bound and idle timeout.
+  StreamRegistry streams{config.max_streams_per_tenant,
+                         std::chrono::seconds(config.stream_idle_timeout_seconds)};
 
   // Runs `prepare` on the preparation pool, in turn with other tenants' and tasks' work, with
   // `version`'s engine task (rebuilt on first use after a restart): it renders and tokenizes the

@@ -11,7 +11,32 @@ namespace manyshot::server {
 StreamClassifyReactor::StreamClassifyReactor(ServiceParts& parts,
                                              grpc::CallbackServerContext* context)
     : parts_(parts), context_(context), tenant_(TenantOf(context)) {
+  if (absl::Status admitted = parts_.streams.Admit(tenant_, this); !admitted.ok()) {
+    finished_ = true;
+    writes_.Finish(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(admitted)));
+    return;
+  }
+  admitted_ = true;
   StartRead(&read_buffer_);
+}
+
+bool StreamClassifyReactor::TryRef() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_ || refs_ == 0) return false;
+  ++refs_;
+  return true;
+}
+
+void StreamClassifyReactor::EndIfIdleSince(std::chrono::steady_clock::time_point since,
+                                           std::chrono::seconds limit) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_ || inflight_ > 0 || last_activity_ > since) return;
+    finished_ = true;
+  }
+  abandoned_->store(true);
+  writes_.Finish(
+      parts_.Record("StreamClassify", context_, start_, "", ToGrpc(StreamIdleError(limit))));
 }
 
 void StreamClassifyReactor::OnReadDone(bool ok) {
@@ -27,7 +52,9 @@ void StreamClassifyReactor::OnReadDone(bool ok) {
   uint64_t message = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;  // ended meanwhile (idle): no more reads
     message = ++messages_;
+    last_activity_ = std::chrono::steady_clock::now();
   }
   if (auto parsed = ParseRequest(read_buffer_, request, 0,
                                  absl::StrCat("StreamClassify message ", message, ": "));
@@ -120,6 +147,7 @@ void StreamClassifyReactor::OnWriteDone(bool ok) {
   bool resume = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    last_activity_ = std::chrono::steady_clock::now();
     if (read_paused_ && writes_.backlog() < parts_.config.max_stream_inflight) {
       read_paused_ = false;
       resume = !finished_;
@@ -152,7 +180,9 @@ void StreamClassifyReactor::Unref() {
     std::lock_guard<std::mutex> lock(mutex_);
     last = --refs_ == 0;
   }
-  if (last) delete this;
+  if (!last) return;
+  if (admitted_) parts_.streams.Remove(tenant_, this);
+  delete this;
 }
 
 }  // namespace manyshot::server

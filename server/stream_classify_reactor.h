@@ -6,7 +6,10 @@
 // Bounds: at most --max_stream_inflight requests of one stream and --max_server_inflight of all
 // streams are being answered at once; a request beyond either is answered in-band with
 // RESOURCE_EXHAUSTED naming the limit. Reading pauses while that many answers wait for the client
-// to read them, so a client that writes without reading is held back by flow control.
+// to read them, so a client that writes without reading is held back by flow control. A tenant
+// has at most --max_streams_per_tenant streams open (the call beyond ends at once with
+// RESOURCE_EXHAUSTED), and a stream idle for --stream_idle_timeout_seconds ends with UNAVAILABLE
+// (server/stream_registry.h).
 #pragma once
 
 #include <chrono>
@@ -16,12 +19,14 @@
 #include "grpcpp/support/server_callback.h"
 #include "server/scheduler.h"
 #include "server/service_parts.h"
+#include "server/stream_registry.h"
 #include "server/write_queue.h"
 
 namespace manyshot::server {
 
 class StreamClassifyReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public StreamRegistry::Stream {
  public:
   // Starts reading; deletes itself when the call is done and no request is in flight.
   StreamClassifyReactor(ServiceParts& parts, grpc::CallbackServerContext* context);
@@ -31,6 +36,12 @@ class StreamClassifyReactor final
   void OnCancel() override;
   void OnDone() override;
 
+  // StreamRegistry::Stream.
+  bool TryRef() override;
+  void Unref() override;
+  void EndIfIdleSince(std::chrono::steady_clock::time_point since,
+                      std::chrono::seconds limit) override;
+
  private:
   // Queues one answer and records the request's metric.
   void Answer(v1::ClassifyResponse response, const absl::Status& status,
@@ -39,8 +50,6 @@ class StreamClassifyReactor final
   void ContinueReading();
   // Finishes with OK once the client half-closed and every request is answered.
   void FinishIfComplete();
-  // Drops one reference (gRPC's, held until OnDone, or an in-flight request's).
-  void Unref();
 
   ServiceParts& parts_;
   grpc::CallbackServerContext* context_;
@@ -58,6 +67,8 @@ class StreamClassifyReactor final
   bool reads_done_ = false;  // the client half-closed (or the stream broke)
   bool read_paused_ = false;
   bool finished_ = false;  // Finish was requested
+  bool admitted_ = false;  // registered in parts_.streams (Remove()d before deletion)
+  std::chrono::steady_clock::time_point last_activity_ = start_;  // a message read or answered
 };
 
 }  // namespace manyshot::server
