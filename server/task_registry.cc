@@ -315,7 +315,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
                     fail);
   }
   auto prepared = IclTask::Prepare(*model_.transformer, *model_.tokenizer, *options, *examples);
-  if (!prepared.ok()) return fail(prepared.status());
+  if (!prepared.ok()) return fail(InSpecTerms(prepared.status()));
   std::shared_ptr<IclTask> task = *std::move(prepared);
   const GroupLayout& layout = task->layout();
 
@@ -440,7 +440,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
     int64_t now, const Entry& previous, const std::function<absl::Status(absl::Status)>& fail) {
   const auto start = std::chrono::steady_clock::now();
   auto prepared = T5Task::Prepare(*model_.t5, *model_.tokenizer, options, examples);
-  if (!prepared.ok()) return fail(prepared.status());
+  if (!prepared.ok()) return fail(InSpecTerms(prepared.status()));
   std::shared_ptr<T5Task> task = *std::move(prepared);
   const T5DemonstrationSet& set = task->demonstrations();
   auto held = ReserveT5(*task, task_id, previous.current.get());
@@ -463,7 +463,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
   stats->set_demonstrations(static_cast<uint64_t>(set.demonstrations()));
   // The prompts the encoder reads per query (Prepare checked the mode's groups against k).
   auto layout = LayOutT5Prompts(task->options().mode, set.demonstrations());
-  if (!layout.ok()) return fail(layout.status());
+  if (!layout.ok()) return fail(InSpecTerms(layout.status()));
   stats->set_groups(layout->prompt_demonstrations.size());
   for (const auto& prompt : layout->prompt_demonstrations) {
     stats->add_demonstrations_per_group(static_cast<uint32_t>(prompt.size()));

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/grpc_status.h"
 #include "server/t5_task_spec.h"
 
 namespace manyshot::server {
@@ -95,6 +97,17 @@ absl::Status ValidateTaskId(const std::string& task_id) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status InSpecTerms(absl::Status status) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  const absl::string_view message = status.message();
+  size_t end = 0;
+  while (end < message.size() && (absl::ascii_islower(message[end]) || message[end] == '_')) ++end;
+  if (end == 0 || (end < message.size() && message[end] != ' ')) return status;
+  const std::string name(message.substr(0, end));
+  if (v1::TaskSpec::descriptor()->FindFieldByName(name) == nullptr) return status;
+  return InvalidFieldError("spec." + name, absl::StrCat("spec.", message));
 }
 
 absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config) {

@@ -15,6 +15,11 @@ namespace manyshot::server {
 // 1-128 characters from [A-Za-z0-9._-].
 absl::Status ValidateTaskId(const std::string& task_id);
 
+// An engine's INVALID_ARGUMENT about one of its task options ("groups 5 must be ...") in the
+// API's terms: when the message starts with the name of a TaskSpec field, the message and the
+// BadRequest field name `spec.<field>` instead. Anything else is returned unchanged.
+absl::Status InSpecTerms(absl::Status status);
+
 absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config);
 
 absl::StatusOr<std::vector<Example>> ToDemonstrations(

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/error_details.h"
 #include "tests/integration/server_under_test.h"
 #include "tests/integration/service_client.h"
 #include "tests/integration/tiny_t5_model.h"
@@ -357,6 +358,26 @@ TEST(T5ServerTest, EvalRunsTheSaiclPaperModes) {
   auto exit_status = server.process().Wait(kExitLimit);
   ASSERT_TRUE(exit_status.has_value());
   EXPECT_EQ(*exit_status, 0) << server.Stderr();
+}
+
+TEST(T5ServerTest, AnEngineRefusalOfATaskOptionNamesTheSpecField) {
+  TempDir dir;
+  const fs::path model = dir.path() / "t5";
+  ASSERT_NO_FATAL_FAILURE(MakeTinyT5(model));
+  ServerUnderTest server(dir.path() / "data", {"--threads=1", "--model_dir=" + model.string()});
+  ASSERT_TRUE(server.started()) << server.Stderr();
+  auto stub = v1::ManyShot::NewStub(server.Channel());
+  v1::TaskSpec spec;
+  spec.set_input_template("{text}:");
+  spec.add_labels("negative");
+  spec.add_labels("positive");
+  spec.set_mode(v1::MODE_GROUP_FID);
+  spec.set_groups(9);  // more groups than the 4 demonstrations
+  auto refused = CreateTask(*stub, "grouped", spec, Sst2Demonstrations(4));
+  ASSERT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.status.error_message().rfind("spec.groups 9", 0), 0u)
+      << refused.status.error_message();
+  EXPECT_EQ(DetailsOf(refused.status).fields, std::vector<std::string>{"spec.groups"});
 }
 
 }  // namespace
