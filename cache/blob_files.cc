@@ -1,7 +1,6 @@
 #include "cache/blob_files.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -303,30 +302,6 @@ absl::StatusOr<uint64_t> BlobFiles::SizeOf(const std::string& key) const {
   const std::filesystem::path path = PathOf(key);
   if (stat(path.c_str(), &st) != 0) return ErrnoError("stat", path);
   return static_cast<uint64_t>(st.st_size);
-}
-
-absl::StatusOr<EncodedContext> BlobFiles::MapPayload(const BlobHeader& header) const {
-  if (header.total_bytes == 0 || header.shape.tokens == 0) {
-    return absl::UnimplementedError("an empty payload is not mapped");
-  }
-  const std::filesystem::path path = PathOf(header.key);
-  Fd file;
-  if (absl::Status s = OpenPayload(path, header.total_bytes, file); !s.ok()) return s;
-  // A cold file is read ahead whole while the checksums below walk it.
-  posix_fadvise(file.fd, 0, 0, POSIX_FADV_WILLNEED);
-  void* map = mmap(nullptr, header.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd, 0);
-  if (map == MAP_FAILED) return ErrnoError("map", path);
-  auto buffer = std::make_shared<Buffer>(map, header.total_bytes, Device::kCPU,
-                                         [](void* p, size_t n) { munmap(p, n); });
-  const char* bytes = static_cast<const char*>(map);
-  absl::Status verified =
-      ForEachChunkInParallel(header.ChunkCount(), [&](uint64_t i, std::string&) {
-        const std::string_view chunk(bytes + i * header.chunk_bytes, header.ChunkSize(i));
-        return ChunkChecksum(chunk) == header.chunk_checksums[i] ? absl::OkStatus()
-                                                                 : ChunkMismatch(header, i);
-      });
-  if (!verified.ok()) return verified;
-  return ContextOverBuffer(std::move(buffer), header.shape);
 }
 
 absl::Status BlobFiles::ReadPayload(const BlobHeader& header, EncodedContext& ctx,

@@ -74,14 +74,6 @@ class BlobFiles {
   // The caller synchronizes the backend.
   absl::Status ReadPayload(const BlobHeader& header, EncodedContext& ctx, Backend& backend) const;
 
-  // Into host memory in the storage dtype: maps the file instead of reading it, verifies every
-  // chunk in parallel over the mapping, and returns a context whose tensors are views of it (no
-  // copy and no fresh pages: a warm restore costs one checksum pass over the page cache). The
-  // mapping is private and writable, so a write to a tensor copies its page and never reaches
-  // the file; the file is never truncated (deletes unlink it, and an unlinked file stays mapped).
-  // NOT_FOUND / DATA_LOSS as ReadPayload; UNIMPLEMENTED for an empty payload.
-  absl::StatusOr<EncodedContext> MapPayload(const BlobHeader& header) const;
-
   const std::filesystem::path& dir() const { return dir_; }
   std::filesystem::path PathOf(const std::string& key) const;
 

@@ -809,13 +809,9 @@ absl::StatusOr<EncodedContext> DiskTier::LoadBlob(const std::string& key, Backen
     return absl::DataLossError(absl::StrCat("KV blob ", key, " header names key ", header->key,
                                             " version ", header->format_version));
   }
-  if (backend.device() == Device::kCPU && memory_dtype == header->shape.dtype) {
-    auto mapped = files_->MapPayload(*header);
-    if (!absl::IsUnimplemented(mapped.status())) {
-      if (mapped.ok()) Touch(key);
-      return mapped;  // NOT_FOUND: the file went with an eviction since the header was read
-    }
-  }
+  // Copied into memory the backend owns, never mapped: a verified page of a mapping could be
+  // dropped from the page cache and read again from the disk, unverified, and a write to the file
+  // would reach it. What is served is what was verified, until it leaves the memory tier.
   KvShape memory_shape = header->shape;
   memory_shape.dtype = memory_dtype;
   auto allocated = AllocateContext(backend, memory_shape);

@@ -67,26 +67,6 @@ absl::StatusOr<EncodedContext> AllocateContext(Backend& backend, const KvShape& 
   return ctx;
 }
 
-EncodedContext ContextOverBuffer(std::shared_ptr<Buffer> buffer, const KvShape& shape) {
-  EncodedContext ctx;
-  ctx.tokens = shape.tokens;
-  ctx.groups = shape.groups;
-  ctx.group_length = shape.group_length;
-  ctx.kv.len = shape.tokens;
-  const size_t segment =
-      static_cast<size_t>(shape.tokens * shape.kv_heads * shape.head_dim) * DTypeSize(shape.dtype);
-  size_t offset = 0;
-  for (int64_t l = 0; l < shape.layers; ++l) {
-    for (auto* list : {&ctx.kv.k, &ctx.kv.v}) {
-      list->emplace_back(buffer, shape.dtype,
-                         std::vector<int64_t>{shape.tokens, shape.kv_heads, shape.head_dim},
-                         offset);
-      offset += segment;
-    }
-  }
-  return ctx;
-}
-
 void ConvertElements(const void* src, DType from, void* dst, DType to, size_t n) {
   if (from == to) {
     std::memcpy(dst, src, n * DTypeSize(from));

@@ -33,10 +33,6 @@ absl::StatusOr<KvShape> ShapeOf(const EncodedContext& ctx);
 // like the encoder, so an empty context still has defined tensors).
 absl::StatusOr<EncodedContext> AllocateContext(Backend& backend, const KvShape& shape);
 
-// A context of `shape` whose tensors are views of `buffer`, which holds the payload in payload
-// order (every layer's K then V, `tokens` rows each; at least one token).
-EncodedContext ContextOverBuffer(std::shared_ptr<Buffer> buffer, const KvShape& shape);
-
 // Converts n elements between dtypes on the host (round to nearest even when narrowing).
 void ConvertElements(const void* src, DType from, void* dst, DType to, size_t n);
 
