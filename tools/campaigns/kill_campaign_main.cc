@@ -11,6 +11,10 @@
 // random moment of it: at a stage the client sees (the upload, tokenizing, a random fraction of
 // the encode, storing), after a random delay, or right after the acknowledgement. The reference
 // server runs first on its own data directory with the same flags and answers every variant once.
+// Two more kinds of cycle harden the rest: a full disk (the server starts with
+// --min_free_disk_bytes just under the disk's free space, so creates run into it and must be
+// refused with RESOURCE_EXHAUSTED and leave nothing behind) and a noisy client (requests of 128
+// inputs back to back and a stream that never reads, beside the checked clients).
 // Exit status: 0 when nothing was found, 1 when something was, 2 when the campaign could not run.
 #include <signal.h>
 
@@ -25,6 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/server_under_test.h"
 #include "tools/campaigns/expected_state.h"
@@ -45,6 +50,9 @@ ABSL_FLAG(int, task_ids, 5, "task ids the mutations pick from");
 ABSL_FLAG(bool, inject_lost_task, false,
           "testing the campaign itself: in the first cycle, delete an acknowledged task behind "
           "its back; the next check must report it lost (and the serving clients an error)");
+ABSL_FLAG(std::string, only, "",
+          "comma-separated cycle kinds to draw from (create, replace, delete, serve, full_disk, "
+          "noisy); empty: all, in the default proportions");
 ABSL_FLAG(std::string, work_dir, "",
           "where the data directories go (kept); empty: a temporary directory, removed at exit");
 
@@ -54,7 +62,36 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using testing::ServerUnderTest;
 
-enum class Target { kCreate, kReplace, kDelete, kServe };
+enum class Target { kCreate, kReplace, kDelete, kServe, kFullDisk, kNoisy };
+
+// Default proportions, in tenths: create 3, replace 2, delete 2, serving only 1, a full disk 1,
+// a noisy client 1.
+constexpr std::pair<Target, const char*> kTargetNames[] = {
+    {Target::kCreate, "create"}, {Target::kReplace, "replace"},    {Target::kDelete, "delete"},
+    {Target::kServe, "serve"},   {Target::kFullDisk, "full_disk"}, {Target::kNoisy, "noisy"}};
+constexpr int kTargetWeights[] = {3, 2, 2, 1, 1, 1};
+// What a full-disk cycle's server may still write: records and logs, not a variant's KV file.
+constexpr uint64_t kFullDiskRoom = uint64_t{1} << 20;
+
+// The kinds --only allows (all when empty); nullopt names an unknown one.
+std::optional<std::vector<Target>> AllowedTargets(const std::string& only) {
+  std::vector<Target> allowed;
+  for (const auto& [target, name] : kTargetNames) {
+    if (only.empty()) allowed.push_back(target);
+  }
+  if (only.empty()) return allowed;
+  for (absl::string_view part : absl::StrSplit(only, ',')) {
+    bool known = false;
+    for (const auto& [target, name] : kTargetNames) {
+      if (part == name) {
+        allowed.push_back(target);
+        known = true;
+      }
+    }
+    if (!known) return std::nullopt;
+  }
+  return allowed;
+}
 
 struct Figures {
   int cycles = 0;
@@ -69,6 +106,8 @@ struct Figures {
   int ambiguous_mutations = 0;        // interrupted before an answer: either outcome was acceptable
   int interrupted_kept_previous = 0;  // of them, the restart showed the state before
   int interrupted_took_effect = 0;    // of them, the restart showed the mutation committed
+  int full_disk_refusals = 0;         // creates refused with RESOURCE_EXHAUSTED on a full disk
+  int noisy_requests = 0;             // the noisy client's requests
 };
 
 // Per variant (and for deletes, index -1): the latest latency of an acknowledged mutation, so
@@ -105,7 +144,9 @@ class Campaign {
   }
   std::vector<std::string> ServerFlags() const;
   bool ComputeReference();
-  std::unique_ptr<ServerUnderTest> StartVictim();
+  // `full_disk`: with a free-space reserve just under what the disk has free.
+  std::unique_ptr<ServerUnderTest> StartVictim(bool full_disk);
+  Target PickTarget(const std::vector<Target>& allowed);
   void Mutate(v1::ManyShot::Stub& stub, Target target, bool heavy_allowed);
   void Prepare(v1::ManyShot::Stub& stub, Target target);
   int PickVariant(bool heavy, std::optional<int> other_than);
@@ -157,12 +198,40 @@ bool Campaign::ComputeReference() {
   return true;
 }
 
-std::unique_ptr<ServerUnderTest> Campaign::StartVictim() {
+Target Campaign::PickTarget(const std::vector<Target>& allowed) {
+  int total = 0;
+  for (Target t : allowed) total += kTargetWeights[static_cast<int>(t)];
+  int pick = static_cast<int>(rng_() % static_cast<uint64_t>(total));
+  for (Target t : allowed) {
+    pick -= kTargetWeights[static_cast<int>(t)];
+    if (pick < 0) return t;
+  }
+  return allowed.back();
+}
+
+std::unique_ptr<ServerUnderTest> Campaign::StartVictim(bool full_disk) {
   std::vector<std::string> flags = ServerFlags();
   flags.push_back("--model_dir=" + model_dir_.string());
-  auto server = std::make_unique<ServerUnderTest>(work_ / "victim" / "data", flags,
-                                                  std::chrono::seconds(300));
-  ++figures_.restarts;
+  std::unique_ptr<ServerUnderTest> server;
+  // Other processes on the disk move its free space: a start refused for the reserve (exit 1
+  // naming it) is tried again with the reserve taken anew, and is no finding.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::vector<std::string> these = flags;
+    if (full_disk) {
+      // Room for task records and RocksDB's log, not for a variant's KV file.
+      std::filesystem::create_directories(work_ / "victim");
+      const uint64_t free = std::filesystem::space(work_ / "victim").available;
+      these.push_back(
+          absl::StrCat("--min_free_disk_bytes=", free - std::min<uint64_t>(free, kFullDiskRoom)));
+    }
+    server = std::make_unique<ServerUnderTest>(work_ / "victim" / "data", these,
+                                               std::chrono::seconds(300));
+    ++figures_.restarts;
+    if (server->started() || !full_disk ||
+        server->Stderr().find("less than --min_free_disk_bytes") == std::string::npos) {
+      break;
+    }
+  }
   if (!server->started()) {
     findings_.Add("restart_failure",
                   "the server did not start on the killed data directory: " + server->Stderr());
@@ -232,6 +301,7 @@ void Campaign::KillCycle(ServerUnderTest& server, Target target) {
   Killer killer(server.process().pid());
   ServingLoad load(server.Channel(), state_, *reference_, findings_, killer.flag());
   load.Start(absl::GetFlag(FLAGS_clients), rng_());
+  if (target == Target::kNoisy) load.StartNoisy(rng_());
   std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng_() % 130));
 
   std::atomic<Stage> stage{Stage::kSending};
@@ -242,9 +312,25 @@ void Campaign::KillCycle(ServerUnderTest& server, Target target) {
   std::optional<Clock::duration> delay;  // a timer kills after this long, when set
   std::optional<MutationResult> result;
   std::thread mutation;
-  if (target == Target::kServe) {
-    op = "serve";
-    delay = std::chrono::milliseconds(50 + rng_() % 350);
+  if (target == Target::kServe || target == Target::kNoisy) {
+    op = target == Target::kServe ? "serve" : "noisy";
+    delay = std::chrono::milliseconds(50 + rng_() % (target == Target::kServe ? 350 : 1500));
+  } else if (target == Target::kFullDisk) {
+    op = "full_disk";
+    const auto absent = state_.AbsentIds();
+    const std::string id = absent.empty() ? state_.PresentIds().front() : absent.front();
+    const bool replace = absent.empty();
+    const int v = PickVariant(rng_() % 2 == 0, state_.Acked(id));
+    // Refused before anything is written, or acknowledged; killed right after the answer or at a
+    // random moment of it.
+    delay = std::chrono::milliseconds(rng_() % 400);
+    mutation = std::thread([&, id, v, replace] {
+      result = RunCreate(*stub, id, variants_[static_cast<size_t>(v)], v, replace, {}, &killer,
+                         state_, stage);
+      std::lock_guard<std::mutex> lock(done_mutex);
+      done = true;
+      done_cv.notify_all();
+    });
   } else if (target == Target::kDelete) {
     op = "delete";
     const auto present = state_.PresentIds();
@@ -304,7 +390,7 @@ void Campaign::KillCycle(ServerUnderTest& server, Target target) {
     std::unique_lock<std::mutex> lock(done_mutex);
     if (!done_cv.wait_for(lock, *delay, [&] { return done; })) {
       lock.unlock();
-      killer.Kill(target == Target::kServe ? op : label());
+      killer.Kill(target == Target::kServe || target == Target::kNoisy ? op : label());
     }
   }
   if (mutation.joinable()) mutation.join();
@@ -314,6 +400,18 @@ void Campaign::KillCycle(ServerUnderTest& server, Target target) {
     fatal_ = "the server did not die after SIGKILL";
   }
   load.Stop();
+  figures_.noisy_requests += load.noisy_requests();
+  if (target == Target::kFullDisk && result && result->rejected) {
+    // A definitive refusal (seen before the kill): on a full disk it must be RESOURCE_EXHAUSTED,
+    // never INTERNAL.
+    if (result->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++figures_.full_disk_refusals;
+    } else {
+      findings_.Add("full_disk_error", absl::StrCat("a create on a full disk failed with code ",
+                                                    result->status.error_code(), ": ",
+                                                    result->status.error_message()));
+    }
+  }
   figures_.served_answers_identical += load.answers_identical();
   figures_.served_answers_close += load.answers_close();
   last_kill_ = killer.label();
@@ -339,9 +437,17 @@ int Campaign::Run(int cycles) {
   // Both servers start from empty data directories (a --work_dir may hold an earlier campaign's).
   std::filesystem::remove_all(work_ / "reference");
   std::filesystem::remove_all(work_ / "victim");
+  const auto allowed = AllowedTargets(absl::GetFlag(FLAGS_only));
+  if (!allowed || allowed->empty()) {
+    fatal_ = "--only names an unknown kind of cycle: " + absl::GetFlag(FLAGS_only);
+    return 2;
+  }
   if (!ComputeReference()) return 2;
+  Target target = PickTarget(*allowed);
   for (int cycle = 0; cycle <= cycles; ++cycle) {
-    auto server = StartVictim();
+    // The check at the start of a cycle runs on the server that will take its target mutation:
+    // a full-disk cycle's server starts with the reserve (the check only reads).
+    auto server = StartVictim(cycle < cycles && target == Target::kFullDisk);
     if (!server) return fatal_.empty() ? 1 : 2;
     auto stub = v1::ManyShot::NewStub(server->Channel());
     const CheckFigures check = CheckAfterRestart(*stub, state_, *reference_, findings_,
@@ -352,12 +458,6 @@ int Campaign::Run(int cycles) {
     figures_.interrupted_kept_previous += check.interrupted_kept_previous;
     figures_.interrupted_took_effect += check.interrupted_took_effect;
     if (cycle == cycles) break;  // the last start only checks the last kill
-    // create 3, replace 3, delete 2, serving only 2 (in tenths).
-    const uint64_t pick = rng_() % 10;
-    Target target = pick < 3   ? Target::kCreate
-                    : pick < 6 ? Target::kReplace
-                    : pick < 8 ? Target::kDelete
-                               : Target::kServe;
     Prepare(*stub, target);
     if (cycle == 0 && absl::GetFlag(FLAGS_inject_lost_task)) {
       InjectLostTask(*stub);
@@ -366,6 +466,7 @@ int Campaign::Run(int cycles) {
     KillCycle(*server, target);
     if (!fatal_.empty()) return 2;
     ++figures_.cycles;
+    target = PickTarget(*allowed);
     if (!absl::GetFlag(FLAGS_json)) {
       std::fprintf(stderr, "cycle %d/%d: kill at %s, %d findings so far\n", cycle + 1, cycles,
                    last_kill_.c_str(), findings_.Total());
@@ -389,6 +490,8 @@ void Campaign::PrintSummary(bool json, double seconds, int exit_code) const {
   j["ambiguous_mutations"] = figures_.ambiguous_mutations;
   j["interrupted_kept_previous"] = figures_.interrupted_kept_previous;
   j["interrupted_took_effect"] = figures_.interrupted_took_effect;
+  j["full_disk_refusals"] = figures_.full_disk_refusals;
+  j["noisy_requests"] = figures_.noisy_requests;
   j["findings_by_kind"] = findings_.Counts();
   j["mismatches"] = findings_.Total();
   j["findings"] = findings_.Messages();

@@ -42,6 +42,40 @@ void ServingLoad::Start(int clients, uint64_t seed) {
   }
 }
 
+void ServingLoad::StartNoisy(uint64_t seed) {
+  threads_.emplace_back([this, seed] { Noisy(seed); });
+}
+
+void ServingLoad::Noisy(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto stub = v1::ManyShot::NewStub(channel_);
+  // A stream that sends and never reads: its answers pile up until flow control holds it.
+  grpc::ClientContext stalled_context;
+  stalled_context.set_deadline(Deadline());
+  auto stalled = stub->StreamClassify(&stalled_context);
+  std::vector<std::string> flood;  // every check input 32 times: 128 inputs in one request
+  for (int copy = 0; copy < 32; ++copy) {
+    flood.insert(flood.end(), CheckInputs().begin(), CheckInputs().end());
+  }
+  int unread = 0;
+  while (!stop_.load() && !killed_.load()) {
+    const auto present = state_.PresentIds();  // a flood of NOT_FOUND would cost the server little
+    const std::string id = present.empty() ? state_.ids()[rng() % state_.ids().size()]
+                                           : present[rng() % present.size()];
+    const std::set<Version> before = state_.Acceptable(id);
+    // Fewer than --max_stream_inflight, so the writes themselves never block this client.
+    if (unread < 40 && stalled->Write(testing::ClassifyRequestFor(id, CheckInputs()))) ++unread;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::ClassifyResponse response;
+    grpc::Status s = stub->Classify(&context, testing::ClassifyRequestFor(id, flood), &response);
+    ++noisy_requests_;
+    CheckAnswer(id, flood, before, s, &response, /*overload_allowed=*/true);
+  }
+  stalled_context.TryCancel();
+  stalled->Finish().IgnoreError();
+}
+
 void ServingLoad::Stop() {
   stop_ = true;
   for (auto& t : threads_) t.join();
@@ -127,11 +161,12 @@ void ServingLoad::Stream(std::mt19937_64& rng) {
 
 void ServingLoad::CheckAnswer(const std::string& id, const std::vector<std::string>& texts,
                               const std::set<Version>& before, const grpc::Status& status,
-                              const v1::ClassifyResponse* response) {
+                              const v1::ClassifyResponse* response, bool overload_allowed) {
   std::set<Version> acceptable = before;
   for (Version v : state_.Acceptable(id)) acceptable.insert(v);
   if (!status.ok()) {
     if (killed_.load()) return;  // the server is gone: any failure is expected
+    if (overload_allowed && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return;
     const bool may_be_absent = acceptable.count(std::nullopt) > 0;
     if (may_be_absent && (status.error_code() == grpc::StatusCode::NOT_FOUND ||
                           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {

@@ -30,6 +30,11 @@ class ServingLoad {
   ~ServingLoad();
 
   void Start(int clients, uint64_t seed);
+  // Adds a noisy client: Classify requests of many inputs back to back (every answer checked like
+  // the others; RESOURCE_EXHAUSTED from a full queue is allowed to it alone) and a StreamClassify
+  // stream that writes without reading, so the others are served beside a flood.
+  void StartNoisy(uint64_t seed);
+  int noisy_requests() const { return noisy_requests_.load(); }
   void Stop();  // joins the clients
 
   // Answers bit-identical to the reference's, and answers within its tolerance (the server batched
@@ -42,11 +47,12 @@ class ServingLoad {
   void Client(uint64_t seed);
   void Unary(std::mt19937_64& rng);
   void Stream(std::mt19937_64& rng);
+  void Noisy(uint64_t seed);
   // Checks one answer (or in-band error) to a request for `id` with `texts`; `before` is the set of
   // acceptable versions when the request was sent.
   void CheckAnswer(const std::string& id, const std::vector<std::string>& texts,
                    const std::set<Version>& before, const grpc::Status& status,
-                   const v1::ClassifyResponse* response);
+                   const v1::ClassifyResponse* response, bool overload_allowed = false);
 
   std::shared_ptr<grpc::Channel> channel_;
   const ExpectedState& state_;
@@ -57,6 +63,7 @@ class ServingLoad {
   std::atomic<int> answers_identical_{0};
   std::atomic<int> answers_close_{0};
   std::atomic<int> in_flight_{0};
+  std::atomic<int> noisy_requests_{0};
   std::vector<std::thread> threads_;
 };
 
