@@ -11,7 +11,7 @@
 #include "cache/context_cache.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/cache/support/cache_test_support.h"
+#include "tests/cache/support/cache_on_disk_test.h"
 #include "tests/cache/support/sst_damage.h"
 
 namespace manyshot::testing {
@@ -19,41 +19,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kLayers = 2, kTokens = 40, kHeads = 2, kDim = 16;
-
-class DamagedMetadataTest : public ::testing::Test {
+class DamagedMetadataTest : public CacheOnDiskTest {
  protected:
-  void SetUp() override {
-    dir_ = FreshTempDir("damaged-metadata");
-    options_.log = [this](LogLevel, const std::string& m) { log_.push_back(m); };
-  }
-  void TearDown() override {
-    cache_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  absl::Status Reopen() {
-    cache_.reset();
-    auto c = ContextCache::Open(dir_, options_, TestBackend());
-    if (!c.ok()) return c.status();
-    cache_ = *std::move(c);
-    return absl::OkStatus();
-  }
-  EncodedContext Synthetic(uint64_t seed) {
-    return SyntheticContext(TestBackend(), seed, kLayers, kTokens, kHeads, kDim);
-  }
-  static TaskRecord Record(const std::string& id, const std::string& key) {
-    return {id,           "tenant-a", "SPEC-MARKER-OF-TASK-" + id + std::string(200, '.'),
-            "hash-" + id, key,        1700000000000000};
-  }
-  bool Logged(const std::string& fragment) const {
-    for (const auto& m : log_) {
-      if (m.find(fragment) != std::string::npos) return true;
-    }
-    return false;
-  }
   // Three tasks stored and flushed, the cache closed; the SST files of `family`.
   std::vector<std::filesystem::path> ThreeTasksThenFilesOf(const std::string& family) {
-    EXPECT_TRUE(Reopen().ok());
+    EXPECT_TRUE(OpenCache().ok());
     for (int i = 0; i < 3; ++i) {
       const std::string id(1, static_cast<char>('a' + i));
       EXPECT_TRUE(cache_->PutTask(Record(id, "key-" + id), Synthetic(i + 1)).ok());
@@ -78,18 +48,13 @@ class DamagedMetadataTest : public ::testing::Test {
       EXPECT_EQ(CompareContexts(**ctx, Synthetic(seed), TestBackend()), "") << id;
     }
   }
-
-  std::filesystem::path dir_;
-  ContextCacheOptions options_;
-  std::unique_ptr<ContextCache> cache_;
-  std::vector<std::string> log_;
 };
 
 TEST_F(DamagedMetadataTest, FlippedByteInABlobHeaderDropsThatBlobOnly) {
   auto files = ThreeTasksThenFilesOf("kv_meta");
   ASSERT_FALSE(files.empty());
   ASSERT_TRUE(FlipByteInDataBlockHolding(files, "h/key-b")) << "no header of key-b on disk";
-  ASSERT_TRUE(Reopen().ok()) << "a damaged header must not stop the open";
+  ASSERT_TRUE(OpenCache().ok()) << "a damaged header must not stop the open";
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(cache_->Stats().corruptions_detected, 1u);
   EXPECT_TRUE(cache_->disk().HasBlob("key-a"));
@@ -99,7 +64,7 @@ TEST_F(DamagedMetadataTest, FlippedByteInABlobHeaderDropsThatBlobOnly) {
   ExpectEveryTaskServesItsOwnKv();
   EXPECT_EQ(cache_->Stats().encodes, 1u);  // key-b alone
   // Healed: the next open finds nothing damaged, and key-b was stored again.
-  ASSERT_TRUE(Reopen().ok());
+  ASSERT_TRUE(OpenCache().ok());
   EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
   EXPECT_TRUE(cache_->disk().HasBlob("key-b"));
   ExpectEveryTaskServesItsOwnKv();
@@ -110,13 +75,13 @@ TEST_F(DamagedMetadataTest, DamagedIndexBlockOfTheBlobHeadersDropsTheirBlobs) {
   auto files = ThreeTasksThenFilesOf("kv_meta");
   ASSERT_EQ(files.size(), 1u);
   ASSERT_TRUE(FlipByteInIndexBlock(files.front()));
-  ASSERT_TRUE(Reopen().ok()) << Reopen()
-                             << "a damaged index block of re-creatable metadata must not stop "
-                                "the open";
+  ASSERT_TRUE(OpenCache().ok()) << OpenCache()
+                                << "a damaged index block of re-creatable metadata must not stop "
+                                   "the open";
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_GE(cache_->Stats().corruptions_detected, 1u);
   ExpectEveryTaskServesItsOwnKv();
-  ASSERT_TRUE(Reopen().ok());
+  ASSERT_TRUE(OpenCache().ok());
   EXPECT_EQ(cache_->Stats().corruptions_detected, 0u);
   ExpectEveryTaskServesItsOwnKv();
   EXPECT_EQ(cache_->Stats().encodes, 0u);
@@ -126,27 +91,27 @@ TEST_F(DamagedMetadataTest, DamagedIndexBlockOfTheTasksFamilyIsSalvaged) {
   auto files = ThreeTasksThenFilesOf("tasks");
   ASSERT_EQ(files.size(), 1u);
   ASSERT_TRUE(FlipByteInIndexBlock(files.front()));
-  ASSERT_TRUE(Reopen().ok()) << Reopen()
-                             << "a damaged index block of the tasks family stopped the open";
+  ASSERT_TRUE(OpenCache().ok()) << OpenCache()
+                                << "a damaged index block of the tasks family stopped the open";
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_TRUE(cache_->QuarantinedTasks().empty());
   EXPECT_TRUE(Logged("entries of tasks salvaged into tasks.1"));
   ExpectEveryTaskServesItsOwnKv();
   EXPECT_EQ(cache_->Stats().encodes, 0u);
-  ASSERT_TRUE(Reopen().ok());
+  ASSERT_TRUE(OpenCache().ok());
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "b", "c"}));
 }
 
 TEST_F(DamagedMetadataTest, DamagedReadyMarkerQuarantinesItsTaskAlone) {
   auto files = ThreeTasksThenFilesOf("tasks");
   ASSERT_TRUE(FlipByteInDataBlockHolding(files, "ready/b"));
-  ASSERT_TRUE(Reopen().ok()) << "a damaged ready marker stopped the open";
+  ASSERT_TRUE(OpenCache().ok()) << "a damaged ready marker stopped the open";
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "c"}));
   auto quarantined = cache_->QuarantinedTasks();
   ASSERT_EQ(quarantined.size(), 1u);
   EXPECT_THAT(quarantined["b"], HasSubstr("ready marker was lost"));
   EXPECT_TRUE(cache_->DeleteTask("b").ok());
-  ASSERT_TRUE(Reopen().ok());
+  ASSERT_TRUE(OpenCache().ok());
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "c"}));
   EXPECT_TRUE(cache_->QuarantinedTasks().empty());
 }
@@ -156,7 +121,7 @@ TEST_F(DamagedMetadataTest, DamagedRecordUnderADamagedIndexIsQuarantinedNotLost)
   ASSERT_EQ(files.size(), 1u);
   ASSERT_TRUE(FlipByteInDataBlockHolding(files, "SPEC-MARKER-OF-TASK-c"));
   ASSERT_TRUE(FlipByteInIndexBlock(files.front()));
-  ASSERT_TRUE(Reopen().ok());
+  ASSERT_TRUE(OpenCache().ok());
   EXPECT_EQ(Served(), (std::vector<std::string>{"a", "b"}));
   auto quarantined = cache_->QuarantinedTasks();
   ASSERT_EQ(quarantined.size(), 1u);

@@ -11,71 +11,20 @@
 #include "cache/context_cache.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/cache/support/cache_test_support.h"
-#include "tests/engine/support/golden_models.h"
+#include "tests/cache/support/cache_on_disk_test.h"
+#include "tests/cache/support/sst_damage.h"
 
 namespace manyshot::testing {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kLayers = 2, kTokens = 40, kHeads = 2, kDim = 16;
+using TaskLifecycleTest = CacheOnDiskTest;
 
-class TaskLifecycleTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = FreshTempDir("lifecycle");
-    options_.log = [this](LogLevel, const std::string& m) { log_.push_back(m); };
-  }
-  void TearDown() override {
-    cache_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  void Reopen() {
-    cache_.reset();
-    auto c = ContextCache::Open(dir_, options_, TestBackend());
-    ASSERT_TRUE(c.ok()) << c.status();
-    cache_ = *std::move(c);
-  }
-  EncodedContext Synthetic(uint64_t seed) {
-    return SyntheticContext(TestBackend(), seed, kLayers, kTokens, kHeads, kDim);
-  }
-  // A record whose spec holds a marker string unique to the task, to find its bytes on disk.
-  static TaskRecord Record(const std::string& id, const std::string& key) {
-    return {id,           "tenant-a", "SPEC-MARKER-OF-TASK-" + id + std::string(200, '.'),
-            "hash-" + id, key,        1700000000000000};
-  }
-  bool Logged(const std::string& fragment) const {
-    for (const auto& m : log_) {
-      if (m.find(fragment) != std::string::npos) return true;
-    }
-    return false;
-  }
-  // Flips one bit inside the first occurrence of `marker` in any SST file; false when not found.
-  bool FlipByteOnDisk(const std::string& marker) {
-    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-      if (e.path().extension() != ".sst") continue;
-      std::string bytes;
-      {
-        std::ifstream in(e.path(), std::ios::binary);
-        bytes.assign(std::istreambuf_iterator<char>(in), {});
-      }
-      const size_t at = bytes.find(marker);
-      if (at == std::string::npos) continue;
-      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-      f.seekp(static_cast<std::streamoff>(at + marker.size() / 2));
-      char c = static_cast<char>(bytes[at + marker.size() / 2] ^ 0x04);
-      f.write(&c, 1);
-      return true;
-    }
-    return false;
-  }
-
-  std::filesystem::path dir_;
-  ContextCacheOptions options_;
-  std::unique_ptr<ContextCache> cache_;
-  std::vector<std::string> log_;
-};
+// Flips one bit inside the first occurrence of `marker` in the cache's SST files.
+bool FlipByteOnDisk(const std::filesystem::path& dir, const std::string& marker) {
+  return FlipByteInDataBlockHolding(SstFilesIn(dir), marker);
+}
 
 TEST_F(TaskLifecycleTest, ReplaceSwitchesVersionsInOneBatchAndReleasesTheOldKv) {
   Reopen();
@@ -159,7 +108,8 @@ TEST_F(TaskLifecycleTest, FlippedByteInTheSstFileQuarantinesThatTaskAndReplaceHe
   ASSERT_TRUE(cache_->disk().Flush().ok());
   cache_.reset();
   // The first record, right after the ready markers: their scan must not read its block.
-  ASSERT_TRUE(FlipByteOnDisk("SPEC-MARKER-OF-TASK-a")) << "record a not found in any SST file";
+  ASSERT_TRUE(FlipByteOnDisk(dir_, "SPEC-MARKER-OF-TASK-a"))
+      << "record a not found in any SST file";
   Reopen();
   std::vector<std::string> served;
   for (const auto& r : cache_->ListTasks()) served.push_back(r.task_id);
