@@ -9,6 +9,7 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "tests/integration/auth_channel.h"
 #include "tests/integration/server_under_test.h"
 #include "tests/integration/service_client.h"
 #include "tests/integration/subprocess.h"
@@ -19,42 +20,6 @@ namespace {
 void WriteText(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
-}
-
-// Adds `authorization: VALUE` to every call on the channel (the helpers make their own contexts).
-class AuthInterceptor : public grpc::experimental::Interceptor {
- public:
-  explicit AuthInterceptor(std::string value) : value_(std::move(value)) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->insert({"authorization", value_});
-    }
-    methods->Proceed();
-  }
-
- private:
-  std::string value_;
-};
-
-class AuthInterceptorFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  explicit AuthInterceptorFactory(std::string value) : value_(std::move(value)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new AuthInterceptor(value_);
-  }
-
- private:
-  std::string value_;
-};
-
-std::shared_ptr<grpc::Channel> ChannelWithAuth(const std::string& address,
-                                               const std::string& authorization) {
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
-  factories.push_back(std::make_unique<AuthInterceptorFactory>(authorization));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), grpc::ChannelArguments(), std::move(factories));
 }
 
 grpc::Status Health(const std::shared_ptr<grpc::Channel>& channel,

@@ -13,14 +13,17 @@
 // server runs first on its own data directory with the same flags and answers every variant once.
 // Two more kinds of cycle harden the rest: a full disk (the server starts with
 // --min_free_disk_bytes just under the disk's free space, so creates run into it and must be
-// refused with RESOURCE_EXHAUSTED and leave nothing behind) and a noisy client (requests of 128
-// inputs back to back and a stream that never reads, beside the checked clients).
+// refused with RESOURCE_EXHAUSTED and leave nothing behind) and a noisy tenant (requests of 128
+// inputs back to back and a stream that never reads) as another tenant with its own task, beside
+// the checked clients. Both servers run with bearer-token auth: the campaign's tenant and the
+// noisy one.
 // Exit status: 0 when nothing was found, 1 when something was, 2 when the campaign could not run.
 #include <signal.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -31,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/auth_channel.h"
 #include "tests/integration/server_under_test.h"
 #include "tools/campaigns/expected_state.h"
 #include "tools/campaigns/findings.h"
@@ -65,7 +69,7 @@ using testing::ServerUnderTest;
 enum class Target { kCreate, kReplace, kDelete, kServe, kFullDisk, kNoisy };
 
 // Default proportions, in tenths: create 3, replace 2, delete 2, serving only 1, a full disk 1,
-// a noisy client 1.
+// a noisy tenant 1.
 constexpr std::pair<Target, const char*> kTargetNames[] = {
     {Target::kCreate, "create"}, {Target::kReplace, "replace"},    {Target::kDelete, "delete"},
     {Target::kServe, "serve"},   {Target::kFullDisk, "full_disk"}, {Target::kNoisy, "noisy"}};
@@ -107,7 +111,7 @@ struct Figures {
   int interrupted_kept_previous = 0;  // of them, the restart showed the state before
   int interrupted_took_effect = 0;    // of them, the restart showed the mutation committed
   int full_disk_refusals = 0;         // creates refused with RESOURCE_EXHAUSTED on a full disk
-  int noisy_requests = 0;             // the noisy client's requests
+  int noisy_requests = 0;             // the noisy tenant's requests
 };
 
 // Per variant (and for deletes, index -1): the latest latency of an acknowledged mutation, so
@@ -147,6 +151,8 @@ class Campaign {
   // `full_disk`: with a free-space reserve just under what the disk has free.
   std::unique_ptr<ServerUnderTest> StartVictim(bool full_disk);
   Target PickTarget(const std::vector<Target>& allowed);
+  // The noisy tenant's KV entries (its task, once a noisy cycle created it).
+  uint64_t NoisyKvEntries(const ServerUnderTest& server);
   void Mutate(v1::ManyShot::Stub& stub, Target target, bool heavy_allowed);
   void Prepare(v1::ManyShot::Stub& stub, Target target);
   int PickVariant(bool heavy, std::optional<int> other_than);
@@ -168,7 +174,22 @@ class Campaign {
 };
 
 std::vector<std::string> Campaign::ServerFlags() const {
-  return {absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)), "--log_level=warn"};
+  return {absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)), "--log_level=warn",
+          "--auth_tokens_file=" + (work_ / "tokens").string()};
+}
+
+// The campaign's own tenant, and the noisy one of the noisy cycles.
+constexpr char kCampaignAuth[] = "Bearer campaign-token";
+constexpr char kNoisyAuth[] = "Bearer noisy-token";
+
+std::shared_ptr<grpc::Channel> CampaignChannel(const ServerUnderTest& server) {
+  return testing::ChannelWithAuth(server.address(), kCampaignAuth);
+}
+
+void WriteTokens(const std::filesystem::path& path) {
+  std::ofstream(path) << "campaign-token campaign\nnoisy-token noisy\n";
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
 bool Campaign::ComputeReference() {
@@ -177,7 +198,7 @@ bool Campaign::ComputeReference() {
     fatal_ = "the reference server did not start: " + ref.Stderr();
     return false;
   }
-  auto stub = v1::ManyShot::NewStub(ref.Channel());
+  auto stub = v1::ManyShot::NewStub(CampaignChannel(ref));
   auto computed = ReferenceScores::Compute(*stub, variants_);
   if (!computed.ok()) {
     fatal_ = computed.status().ToString();
@@ -196,6 +217,15 @@ bool Campaign::ComputeReference() {
   ref.process().Signal(SIGTERM);
   ref.process().Wait(std::chrono::seconds(60));
   return true;
+}
+
+uint64_t Campaign::NoisyKvEntries(const ServerUnderTest& server) {
+  auto stub = v1::ManyShot::NewStub(testing::ChannelWithAuth(server.address(), kNoisyAuth));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::ServerInfo info;
+  if (!stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok()) return 0;
+  return info.cache().disk_entries();
 }
 
 Target Campaign::PickTarget(const std::vector<Target>& allowed) {
@@ -238,7 +268,7 @@ std::unique_ptr<ServerUnderTest> Campaign::StartVictim(bool full_disk) {
     return nullptr;
   }
   if (model_fingerprint_.empty()) return server;
-  auto stub = v1::ManyShot::NewStub(server->Channel());
+  auto stub = v1::ManyShot::NewStub(CampaignChannel(*server));
   grpc::ClientContext context;
   v1::ServerInfo info;
   stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
@@ -297,11 +327,15 @@ void Campaign::Prepare(v1::ManyShot::Stub& stub, Target target) {
 
 // Serving clients, the target mutation and one SIGKILL at a random moment of it.
 void Campaign::KillCycle(ServerUnderTest& server, Target target) {
-  auto stub = v1::ManyShot::NewStub(server.Channel());
+  auto stub = v1::ManyShot::NewStub(CampaignChannel(server));
   Killer killer(server.process().pid());
-  ServingLoad load(server.Channel(), state_, *reference_, findings_, killer.flag());
+  ServingLoad load(CampaignChannel(server), state_, *reference_, findings_, killer.flag());
   load.Start(absl::GetFlag(FLAGS_clients), rng_());
-  if (target == Target::kNoisy) load.StartNoisy(rng_());
+  if (target == Target::kNoisy) {
+    const int v = PickVariant(/*heavy=*/false, std::nullopt);
+    load.StartNoisy(testing::ChannelWithAuth(server.address(), kNoisyAuth),
+                    variants_[static_cast<size_t>(v)], v);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng_() % 130));
 
   std::atomic<Stage> stage{Stage::kSending};
@@ -442,6 +476,7 @@ int Campaign::Run(int cycles) {
     fatal_ = "--only names an unknown kind of cycle: " + absl::GetFlag(FLAGS_only);
     return 2;
   }
+  WriteTokens(work_ / "tokens");
   if (!ComputeReference()) return 2;
   Target target = PickTarget(*allowed);
   for (int cycle = 0; cycle <= cycles; ++cycle) {
@@ -449,9 +484,10 @@ int Campaign::Run(int cycles) {
     // a full-disk cycle's server starts with the reserve (the check only reads).
     auto server = StartVictim(cycle < cycles && target == Target::kFullDisk);
     if (!server) return fatal_.empty() ? 1 : 2;
-    auto stub = v1::ManyShot::NewStub(server->Channel());
+    auto stub = v1::ManyShot::NewStub(CampaignChannel(*server));
     const CheckFigures check = CheckAfterRestart(*stub, state_, *reference_, findings_,
-                                                 work_ / "victim" / "data" / "cache" / "kv_files");
+                                                 work_ / "victim" / "data" / "cache" / "kv_files",
+                                                 NoisyKvEntries(*server));
     figures_.tasks_checked += check.tasks_checked;
     figures_.tasks_present += check.tasks_present;
     figures_.scores_checked += check.scores_checked;

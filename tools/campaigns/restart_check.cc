@@ -42,7 +42,8 @@ std::map<std::string, v1::Task> ListAll(v1::ManyShot::Stub& stub, Findings& find
 
 CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
                                const ReferenceScores& reference, Findings& findings,
-                               const std::filesystem::path& kv_files) {
+                               const std::filesystem::path& kv_files,
+                               uint64_t other_tenants_kv_entries) {
   CheckFigures figures;
   const std::map<std::string, v1::Task> listed = ListAll(stub, findings);
   std::set<std::string> known(state.ids().begin(), state.ids().end());
@@ -155,11 +156,13 @@ CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
   if (ec && info.cache().disk_entries() > 0) {
     findings.Add("kv_accounting", "cannot list " + kv_files.string() + ": " + ec.message() +
                                       " (has the KV file layout changed?)");
-  } else if (!ec && (payloads != info.cache().disk_entries() || !others.empty())) {
+  } else if (!ec && (payloads != info.cache().disk_entries() + other_tenants_kv_entries ||
+                     !others.empty())) {
     findings.Add("kv_accounting",
                  absl::StrCat(kv_files.string(), " holds ", payloads, " .kv files for ",
-                              info.cache().disk_entries(), " KV entries, and ", others.size(),
-                              " other files", others.empty() ? "" : " (" + others.front() + ")"));
+                              info.cache().disk_entries() + other_tenants_kv_entries,
+                              " KV entries, and ", others.size(), " other files",
+                              others.empty() ? "" : " (" + others.front() + ")"));
   }
   return figures;
 }

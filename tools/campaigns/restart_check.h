@@ -26,9 +26,11 @@ struct CheckFigures {
 
 // Also resolves `state` to what was found, so the next cycle starts from it. `kv_files` is the
 // directory of the server's KV payload files (DATA_DIR/cache/kv_files): after a restart it holds
-// exactly one <key>.kv per KV entry, and no temporary file of an interrupted write.
+// exactly one <key>.kv per KV entry (the campaign tenant's, which `stub` sees, plus
+// `other_tenants_kv_entries`), and no temporary file of an interrupted write.
 CheckFigures CheckAfterRestart(v1::ManyShot::Stub& stub, ExpectedState& state,
                                const ReferenceScores& reference, Findings& findings,
-                               const std::filesystem::path& kv_files);
+                               const std::filesystem::path& kv_files,
+                               uint64_t other_tenants_kv_entries = 0);
 
 }  // namespace manyshot::campaign

@@ -42,13 +42,25 @@ void ServingLoad::Start(int clients, uint64_t seed) {
   }
 }
 
-void ServingLoad::StartNoisy(uint64_t seed) {
-  threads_.emplace_back([this, seed] { Noisy(seed); });
+void ServingLoad::StartNoisy(std::shared_ptr<grpc::Channel> channel, const Variant& variant,
+                             int variant_index) {
+  threads_.emplace_back([this, channel = std::move(channel), &variant, variant_index] {
+    Noisy(channel, variant, variant_index);
+  });
 }
 
-void ServingLoad::Noisy(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto stub = v1::ManyShot::NewStub(channel_);
+void ServingLoad::Noisy(std::shared_ptr<grpc::Channel> channel, const Variant& variant,
+                        int variant_index) {
+  auto stub = v1::ManyShot::NewStub(channel);
+  auto created = testing::CreateTask(*stub, kNoisyTask, variant.spec, variant.demos,
+                                     /*replace=*/true, 100);
+  if (!created.status.ok()) {
+    if (!killed_.load()) {
+      findings_.Add("serve_error",
+                    "the noisy tenant's CreateTask failed: " + created.status.error_message());
+    }
+    return;
+  }
   // A stream that sends and never reads: its answers pile up until flow control holds it.
   grpc::ClientContext stalled_context;
   stalled_context.set_deadline(Deadline());
@@ -59,21 +71,39 @@ void ServingLoad::Noisy(uint64_t seed) {
   }
   int unread = 0;
   while (!stop_.load() && !killed_.load()) {
-    const auto present = state_.PresentIds();  // a flood of NOT_FOUND would cost the server little
-    const std::string id = present.empty() ? state_.ids()[rng() % state_.ids().size()]
-                                           : present[rng() % present.size()];
-    const std::set<Version> before = state_.Acceptable(id);
     // Fewer than --max_stream_inflight, so the writes themselves never block this client.
-    if (unread < 40 && stalled->Write(testing::ClassifyRequestFor(id, CheckInputs()))) ++unread;
+    if (unread < 40 && stalled->Write(testing::ClassifyRequestFor(kNoisyTask, CheckInputs()))) {
+      ++unread;
+    }
     grpc::ClientContext context;
     context.set_deadline(Deadline());
     v1::ClassifyResponse response;
-    grpc::Status s = stub->Classify(&context, testing::ClassifyRequestFor(id, flood), &response);
+    grpc::Status s =
+        stub->Classify(&context, testing::ClassifyRequestFor(kNoisyTask, flood), &response);
     ++noisy_requests_;
-    CheckAnswer(id, flood, before, s, &response, /*overload_allowed=*/true);
+    CheckNoisyAnswer(variant_index, flood, s, response);
   }
   stalled_context.TryCancel();
   stalled->Finish().IgnoreError();
+}
+
+void ServingLoad::CheckNoisyAnswer(int variant_index, const std::vector<std::string>& texts,
+                                   const grpc::Status& status,
+                                   const v1::ClassifyResponse& response) {
+  if (!status.ok()) {
+    if (killed_.load() || status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return;
+    findings_.Add("serve_error", absl::StrCat("the noisy tenant's Classify failed with code ",
+                                              status.error_code(), ": ", status.error_message()));
+    return;
+  }
+  std::string diff;
+  if (reference_.Matches(variant_index, texts, response, &diff)) {
+    ++answers_identical_;
+  } else if (reference_.Close(variant_index, texts, response, &diff)) {
+    ++answers_close_;
+  } else {
+    findings_.Add("serve_mismatch", "the noisy tenant's task: " + diff);
+  }
 }
 
 void ServingLoad::Stop() {
@@ -161,12 +191,11 @@ void ServingLoad::Stream(std::mt19937_64& rng) {
 
 void ServingLoad::CheckAnswer(const std::string& id, const std::vector<std::string>& texts,
                               const std::set<Version>& before, const grpc::Status& status,
-                              const v1::ClassifyResponse* response, bool overload_allowed) {
+                              const v1::ClassifyResponse* response) {
   std::set<Version> acceptable = before;
   for (Version v : state_.Acceptable(id)) acceptable.insert(v);
   if (!status.ok()) {
     if (killed_.load()) return;  // the server is gone: any failure is expected
-    if (overload_allowed && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return;
     const bool may_be_absent = acceptable.count(std::nullopt) > 0;
     if (may_be_absent && (status.error_code() == grpc::StatusCode::NOT_FOUND ||
                           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {

@@ -18,6 +18,7 @@
 #include "tools/campaigns/expected_state.h"
 #include "tools/campaigns/findings.h"
 #include "tools/campaigns/reference_scores.h"
+#include "tools/campaigns/variants.h"
 
 namespace manyshot::campaign {
 
@@ -30,10 +31,14 @@ class ServingLoad {
   ~ServingLoad();
 
   void Start(int clients, uint64_t seed);
-  // Adds a noisy client: Classify requests of many inputs back to back (every answer checked like
-  // the others; RESOURCE_EXHAUSTED from a full queue is allowed to it alone) and a StreamClassify
-  // stream that writes without reading, so the others are served beside a flood.
-  void StartNoisy(uint64_t seed);
+  // Adds a noisy tenant on `channel` (another tenant's token): it registers its own task
+  // `kNoisyTask` with `variant` (replacing it), then sends Classify requests of 128 inputs back to
+  // back (each answer checked against the reference for `variant`; RESOURCE_EXHAUSTED from a
+  // full queue is allowed to it alone) and keeps a StreamClassify stream that writes without
+  // reading, so the campaign's clients are served beside a flood from another tenant.
+  static constexpr char kNoisyTask[] = "noisy-flood";
+  void StartNoisy(std::shared_ptr<grpc::Channel> channel, const Variant& variant,
+                  int variant_index);
   int noisy_requests() const { return noisy_requests_.load(); }
   void Stop();  // joins the clients
 
@@ -47,12 +52,15 @@ class ServingLoad {
   void Client(uint64_t seed);
   void Unary(std::mt19937_64& rng);
   void Stream(std::mt19937_64& rng);
-  void Noisy(uint64_t seed);
+  void Noisy(std::shared_ptr<grpc::Channel> channel, const Variant& variant, int variant_index);
+  // Checks one of the noisy tenant's answers.
+  void CheckNoisyAnswer(int variant_index, const std::vector<std::string>& texts,
+                        const grpc::Status& status, const v1::ClassifyResponse& response);
   // Checks one answer (or in-band error) to a request for `id` with `texts`; `before` is the set of
   // acceptable versions when the request was sent.
   void CheckAnswer(const std::string& id, const std::vector<std::string>& texts,
                    const std::set<Version>& before, const grpc::Status& status,
-                   const v1::ClassifyResponse* response, bool overload_allowed = false);
+                   const v1::ClassifyResponse* response);
 
   std::shared_ptr<grpc::Channel> channel_;
   const ExpectedState& state_;
