@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/disk_space.h"
 #include "google/protobuf/stubs/logging.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -194,6 +195,10 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   // builder, and the reflection plugin is only linked in when this function is called.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC's built-in health service is not backed by a generated descriptor, so reflection lists
+  // grpc.health.v1.Health but cannot describe it (grpcurl then fails on Health/Check). Linking
+  // the generated health.proto registers its descriptor in the pool reflection reads.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   // gRPC enables SO_REUSEPORT by default, which would let a second server silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

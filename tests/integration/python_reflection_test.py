@@ -2,7 +2,8 @@
 """client/examples/python_client.py against a real manyshot-server (Debian python3-grpcio only).
 
 Starts the server on free loopback ports with a temporary data directory, runs the example's
-reflection part and checks that ManyShot and its nine methods are described, runs the full flow
+reflection part and checks that ManyShot and its nine methods are described and that every listed
+service (grpc.health.v1.Health too) resolves through reflection alone, runs the full flow
 (which must succeed, or, while the server lacks the RPCs, fail with UNIMPLEMENTED printed and exit
 status 1), then stops the server with SIGTERM and expects exit status 0.
 
@@ -35,6 +36,40 @@ def fail(message, *outputs):
 def run_client(script, port, *extra):
     return subprocess.run(["/usr/bin/python3", script, f"--server=127.0.0.1:{port}", *extra],
                           capture_output=True, text=True, timeout=120)
+
+
+def check_every_service_resolves(client_script, port, services):
+    """Every listed service is resolvable through reflection alone (as grpcurl needs: it cannot
+    call grpc.health.v1.Health/Check otherwise), and Health/Check answers SERVING when called
+    with the reflected descriptors."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(client_script)))
+    import grpc
+    import python_client as client
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        reflection = client.Reflection(channel)
+        for name in services:
+            try:
+                reflection.files_for(name)
+            except (grpc.RpcError, LookupError) as error:
+                fail(f"reflection cannot resolve the listed service {name}: {error}")
+        pool = client.build_pool(reflection.files_for("grpc.health.v1.Health"))
+        request_class = client.message_class(
+            pool.FindMessageTypeByName("grpc.health.v1.HealthCheckRequest"))
+        response_class = client.message_class(
+            pool.FindMessageTypeByName("grpc.health.v1.HealthCheckResponse"))
+        check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                    request_serializer=request_class.SerializeToString,
+                                    response_deserializer=response_class.FromString)
+        for service in ["", "manyshot.v1.ManyShot"]:
+            response = check(request_class(service=service), timeout=30)
+            status = response_class.DESCRIPTOR.fields_by_name["status"].enum_type
+            if status.values_by_number[response.status].name != "SERVING":
+                fail(f"Health/Check of '{service}' answered {response}")
+        print(f"reflection resolves all {len(services)} services; Health/Check: SERVING")
+    finally:
+        channel.close()
 
 
 def main():
@@ -89,6 +124,7 @@ def main():
                 if line not in out:
                     fail(f"missing '{line}'", out)
             print(f"reflection: {len(services)} services, ManyShot with {len(described)} methods")
+            check_every_service_resolves(args.client_script, port, services)
 
             # The full flow: works, or reports the server's UNIMPLEMENTED and exits 1.
             result = run_client(args.client_script, port)
