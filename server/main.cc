@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/build_info.h"
 #include "server/config_check.h"
@@ -217,6 +218,12 @@ int main(int argc, char** argv) {
                         ", CUDA backend built: ", manyshot::server::kCudaEnabled ? "yes" : "no",
                         ")\n");
   };
+  // --help lists the flags of this file (absl matches files named after the binary by default,
+  // which found none: "No flags matched."); --helpfull lists every library's too.
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   // Everything the server creates (the data directory, RocksDB, the generated model, the port

@@ -49,12 +49,29 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{"--shutdown_grace_seconds=-1", "must be from 0 to"},
                       BadFlag{"--listen_address=localhost", "expected host:port"},
                       BadFlag{"--metrics_address=127.0.0.1:99999", "expected host:port"},
-                      BadFlag{"--metrics_address=::1:9464", "expected host:port"}),
+                      BadFlag{"--metrics_address=::1:9464", "expected host:port"},
+                      BadFlag{"--stream_idle_timeout_seconds=0", "must be from 1 to"},
+                      BadFlag{"--max_streams_per_tenant=0", "must be at least 1"},
+                      BadFlag{"--engine_turn_tokens=0", "must be at least 1"},
+                      BadFlag{"--max_query_context_tokens=0", "must be at least 1"}),
     [](const ::testing::TestParamInfo<BadFlag>& param) {
       std::string name;
       for (char c : param.param.flag) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
+
+// --help lists the server's own flags with their help (absl's default matched no file).
+TEST(ServerHelpTest, HelpListsTheServersFlags) {
+  TempDir dir;
+  CommandResult result = RunCommand({ServerBinary(), "--help"}, dir.path());
+  EXPECT_EQ(result.err.find("No flags matched"), std::string::npos) << result.err;
+  const std::string all = result.out + result.err;
+  for (const char* flag : {"--listen_address", "--data_dir", "--model_dir", "--max_batch_size",
+                           "--stream_idle_timeout_seconds"}) {
+    EXPECT_NE(all.find(flag), std::string::npos) << flag << " missing from --help:\n" << all;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "manyshot-data"));
+}
 
 }  // namespace
 }  // namespace manyshot::testing
