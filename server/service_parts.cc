@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/grpc_status.h"
+#include "server/logging.h"
 #include "server/request_context.h"
-#include "spdlog/spdlog.h"
 
 namespace manyshot::server {
 namespace {
@@ -38,15 +38,15 @@ grpc::Status ServiceParts::Record(const char* method, const grpc::ServerContextB
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string code = StatusCodeName(status.error_code());
   metrics.Request(method, code, seconds);
-  const std::string id = RequestId(context);
-  if (status.ok()) {
-    spdlog::info("request_id={} method={} task={} code=OK seconds={:.6f}", LogSafe(id, 128), method,
-                 LogSafe(task_id, 128), seconds);
-  } else {
-    spdlog::warn("request_id={} method={} task={} code={} seconds={:.6f} error={}",
-                 LogSafe(id, 128), method, LogSafe(task_id, 128), code, seconds,
-                 LogSafe(status.error_message(), 2048));
-  }
+  RequestLogLine line;
+  line.request_id = LogSafe(RequestId(context), 128);
+  line.method = method;
+  line.tenant = LogSafe(TenantOf(context), 128);
+  line.task = LogSafe(task_id, 128);
+  line.code = code;
+  line.seconds = seconds;
+  if (!status.ok()) line.error = LogSafe(status.error_message(), 2048);
+  LogRequest(line);
   return status;
 }
 
