@@ -157,7 +157,10 @@ void CreateTaskReactor::Encode() {
         SendProgress(phase, done, total, tokens);
       });
   if (!result.ok()) return Fail(result.status());
-  if (result->created) parts_.metrics.TokensEncoded(result->task.stats().context_tokens());
+  if (result->created) {
+    parts_.metrics.TokensEncoded(result->task.stats().context_tokens());
+    parts_.metrics.TaskEncoded(result->task.stats().encode_seconds());
+  }
   v1::CreateTaskResponse done;
   *done.mutable_result()->mutable_task() = result->task;
   done.mutable_result()->set_created(result->created);

@@ -99,7 +99,7 @@ class TaskStateCollector : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     const TaskRegistry::Counts c = registry_.counts();
     prometheus::MetricFamily by_state{"manyshot_tasks_by_state",
-                                      "Tasks per lifecycle state (ENCODING, READY, FAILED).",
+                                      "Tasks per lifecycle state (state: encoding, ready, failed).",
                                       prometheus::MetricType::Gauge,
                                       {}};
     for (const auto& [state, n] : {std::pair<const char*, size_t>{"encoding", c.encoding},
@@ -147,6 +147,23 @@ ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCach
                    .Name("manyshot_request_duration_seconds")
                    .Help("RPC latency by method.")
                    .Register(registry)),
+      stream_messages_(prometheus::BuildCounter()
+                           .Name("manyshot_stream_messages_total")
+                           .Help("Request messages of streaming RPCs answered one by one "
+                                 "(StreamClassify), by method and status code; the calls "
+                                 "themselves are in manyshot_requests_total.")
+                           .Register(registry)),
+      stream_latency_(prometheus::BuildHistogram()
+                          .Name("manyshot_stream_message_duration_seconds")
+                          .Help("Time from reading a stream's request message to queueing its "
+                                "answer, by method.")
+                          .Register(registry)),
+      task_encode_(prometheus::BuildHistogram()
+                       .Name("manyshot_task_encode_seconds")
+                       .Help("Time a created task took to tokenize, encode and store.")
+                       .Register(registry)
+                       .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.1, 0.5, 1, 5, 10,
+                                                                        30, 60, 300, 900, 3600})),
       batch_size_(
           prometheus::BuildHistogram()
               .Name("manyshot_batch_inputs")
@@ -189,6 +206,12 @@ ServiceMetrics::ServiceMetrics(prometheus::Registry& registry, const ContextCach
 void ServiceMetrics::Request(const std::string& method, const std::string& code, double seconds) {
   requests_.Add({{"method", method}, {"code", code}}).Increment();
   latency_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
+}
+
+void ServiceMetrics::StreamMessage(const std::string& method, const std::string& code,
+                                   double seconds) {
+  stream_messages_.Add({{"method", method}, {"code", code}}).Increment();
+  stream_latency_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
 }
 
 }  // namespace manyshot::server

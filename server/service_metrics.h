@@ -21,6 +21,9 @@ class ServiceMetrics {
 
   // One finished RPC: counted by method and status code, timed by method.
   void Request(const std::string& method, const std::string& code, double seconds);
+  // One request message of a streaming call answered (StreamClassify), apart from the calls.
+  void StreamMessage(const std::string& method, const std::string& code, double seconds);
+  void TaskEncoded(double seconds) { task_encode_.Observe(seconds); }
   void Batch(size_t inputs) { batch_size_.Observe(static_cast<double>(inputs)); }
   void QueueWait(double seconds) { queue_wait_.Observe(seconds); }
   void QueueDepth(size_t inputs) { queue_depth_.Set(static_cast<double>(inputs)); }
@@ -36,6 +39,9 @@ class ServiceMetrics {
  private:
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Counter>& stream_messages_;
+  prometheus::Family<prometheus::Histogram>& stream_latency_;
+  prometheus::Histogram& task_encode_;
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& queue_wait_;
   prometheus::Gauge& queue_depth_;

@@ -123,8 +123,8 @@ void StreamClassifyReactor::OnReadDone(bool ok) {
 
 void StreamClassifyReactor::Answer(v1::ClassifyResponse response, const absl::Status& status,
                                    std::chrono::steady_clock::time_point start) {
-  parts_.metrics.Request(
-      "StreamClassify.request", absl::StatusCodeToString(status.code()),
+  parts_.metrics.StreamMessage(
+      "StreamClassify", absl::StatusCodeToString(status.code()),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!status.ok()) *response.mutable_error() = ToRpcStatus(status);
   writes_.Write(SerializeResponse(response));

@@ -208,8 +208,8 @@ TEST(ConcurrencyTest, StreamClassifySoakMatchesSequentialScores) {
   const double up_to_4 = ScrapeValue(*scrape, "manyshot_batch_inputs_bucket", {{"le", "4"}});
   EXPECT_GT(batch_count, up_to_4) << "no batch held more than 4 inputs: " << up_to_2 << " <= 2, "
                                   << up_to_4 << " <= 4";
-  EXPECT_EQ(ScrapeValue(*scrape, "manyshot_requests_total",
-                        {{"method", "StreamClassify.request"}, {"code", "OK"}}),
+  EXPECT_EQ(ScrapeValue(*scrape, "manyshot_stream_messages_total",
+                        {{"method", "StreamClassify"}, {"code", "OK"}}),
             static_cast<double>(answers.load()));
   EXPECT_EQ(ScrapeValue(*scrape, "manyshot_requests_total",
                         {{"method", "StreamClassify"}, {"code", "OK"}}),
