@@ -60,7 +60,9 @@ ABSL_FLAG(double, rescale_factor, 0, "Rescale factor for structured mode (0: def
 ABSL_FLAG(int, batch, 32, "classify/score: inputs per request");
 ABSL_FLAG(bool, stream, false, "classify: use StreamClassify (all batches on one stream)");
 
-ABSL_FLAG(std::string, input, "", "score/generate: the input text");
+ABSL_FLAG(std::string, input, "",
+          "classify: an input text, repeatable (instead of --file); score/generate: the input "
+          "text");
 ABSL_FLAG(std::vector<std::string>, candidate, {}, "score: repeatable candidate answer");
 
 ABSL_FLAG(uint32_t, beam_width, 0, "generate: beam search with this width (0 or 1: greedy)");

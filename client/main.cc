@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     "  info                    model, backend, cache and limits of the server\n"
     "  create TASK_ID --file=PATH --template=T [--labels=a,b] [--label_map=0=a,1=b] ...\n"
     "                          register a task from a jsonl/csv/tsv file, showing progress\n"
-    "  classify TASK_ID [--file=PATH|-] [--batch=32] [--stream]\n"
+    "  classify TASK_ID [--file=PATH|-|--input=TEXT ...] [--batch=32] [--stream]\n"
     "                          one line per input: LABEL<TAB>probability<TAB>input\n"
     "  score TASK_ID --input=TEXT --candidate=A --candidate=B | --file=ITEMS.jsonl\n"
     "  generate TASK_ID --input=TEXT [--beam_width=N] [--max_new_tokens=N] [--stop=S]\n"
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   // Repeatable flags are taken out before absl parses the rest (absl keeps only the last value).
   manyshot::client::ExtractedArgs extracted = manyshot::client::ExtractRepeatedFlags(
-      std::vector<std::string>(argv, argv + argc), {"field", "candidate", "stop"});
+      std::vector<std::string>(argv, argv + argc), {"field", "candidate", "stop", "input"});
   std::string unknown = manyshot::client::FindUnknownFlag(extracted.rest);
   if (!unknown.empty()) {
     std::fprintf(stderr, "manyshot: unknown flag %s (see manyshot --helpfull)\n", unknown.c_str());

@@ -1,4 +1,6 @@
 // classify, score, generate.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -54,10 +56,31 @@ nlohmann::json InputJson(const v1::Input& input) {
 }
 
 // Reads --file (or stdin) as test inputs.
-bool ReadInputs(const std::string& cmd, std::vector<Record>* records, std::string* source,
-                FieldOptions* options) {
+bool ReadInputs(const CliContext& cli, const std::string& cmd, std::vector<Record>* records,
+                std::string* source, FieldOptions* options) {
   const std::string file_flag = absl::GetFlag(FLAGS_file);
+  const std::vector<std::string>& texts = cli.Repeated("input");
+  if (!texts.empty()) {
+    // --input=TEXT (repeatable): these texts instead of a file.
+    if (!file_flag.empty()) {
+      ReportUsageError(cmd, "give inputs with --input or with --file, not both");
+      return false;
+    }
+    for (size_t i = 0; i < texts.size(); ++i) {
+      records->push_back({static_cast<int>(i + 1), {{"text", UnescapeFlagValue(texts[i])}}});
+    }
+    *source = "--input";
+    options->text_field = "text";
+    return true;
+  }
   const std::string path = file_flag.empty() ? std::string("-") : file_flag;
+  if (path == "-" && ::isatty(STDIN_FILENO)) {
+    // Waiting silently on a terminal looks like a hang.
+    std::fprintf(stderr,
+                 "manyshot: %s: reading inputs from the terminal, one per line; end with Ctrl-D "
+                 "(or give --input=TEXT or --file=PATH)\n",
+                 cmd.c_str());
+  }
   ExampleFormat format = ExampleFormat::kText;
   if (!absl::GetFlag(FLAGS_format).empty()) {
     auto parsed = ParseExampleFormat(absl::GetFlag(FLAGS_format));
@@ -135,7 +158,7 @@ int RunClassify(const CliContext& cli) {
   size_t batch_size = 0;
   v1::QueryOptions query;
   if (!FieldMappings(cli, cmd, &options) || !BatchFlag(cmd, &batch_size) ||
-      !QueryOptionsFromFlags(cmd, &query) || !ReadInputs(cmd, &records, &source, &options)) {
+      !QueryOptionsFromFlags(cmd, &query) || !ReadInputs(cli, cmd, &records, &source, &options)) {
     return 2;
   }
   auto inputs = BuildInputs(records, options, source);
@@ -240,7 +263,7 @@ int RunScore(const CliContext& cli) {
   std::vector<v1::ScoreItem> items;
   std::string path = absl::GetFlag(FLAGS_file);
   if (!path.empty()) {
-    if (!absl::GetFlag(FLAGS_input).empty() || !cli.Repeated("candidate").empty()) {
+    if (!cli.Repeated("input").empty() || !cli.Repeated("candidate").empty()) {
       return ReportUsageError(cmd, "give either --file or --input with --candidate, not both");
     }
     auto records = ReadExamples(path, ExampleFormat::kJsonl);
@@ -267,12 +290,12 @@ int RunScore(const CliContext& cli) {
       items.push_back(std::move(item));
     }
   } else {
-    if (absl::GetFlag(FLAGS_input).empty()) return ReportUsageError(cmd, "--input is required");
+    if (cli.Repeated("input").empty()) return ReportUsageError(cmd, "--input is required");
     if (cli.Repeated("candidate").empty()) {
       return ReportUsageError(cmd, "give at least one --candidate");
     }
     v1::ScoreItem item;
-    item.mutable_input()->set_text(UnescapeFlagValue(absl::GetFlag(FLAGS_input)));
+    item.mutable_input()->set_text(UnescapeFlagValue(cli.Repeated("input").back()));
     for (const std::string& c : cli.Repeated("candidate")) {
       item.add_candidates(UnescapeFlagValue(c));
     }
@@ -319,10 +342,10 @@ int RunScore(const CliContext& cli) {
 int RunGenerate(const CliContext& cli) {
   const std::string cmd = "generate";
   if (cli.args.size() != 1) return ReportUsageError(cmd, "expected TASK_ID");
-  if (absl::GetFlag(FLAGS_input).empty()) return ReportUsageError(cmd, "--input is required");
+  if (cli.Repeated("input").empty()) return ReportUsageError(cmd, "--input is required");
   v1::GenerateRequest request;
   request.set_task_id(cli.args[0]);
-  request.mutable_input()->set_text(UnescapeFlagValue(absl::GetFlag(FLAGS_input)));
+  request.mutable_input()->set_text(UnescapeFlagValue(cli.Repeated("input").back()));
   v1::GenerationOptions* options = request.mutable_options();
   if (!QueryOptionsFromFlags(cmd, options->mutable_query())) return 2;
   uint32_t beam_width = absl::GetFlag(FLAGS_beam_width);

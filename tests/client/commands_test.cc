@@ -123,7 +123,6 @@ class CommandsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_label_map, "");
     absl::SetFlag(&FLAGS_chunk, 1000);
     absl::SetFlag(&FLAGS_batch, 32);
-    absl::SetFlag(&FLAGS_input, "");
     absl::SetFlag(&FLAGS_beam_width, 0u);
   }
   std::string Write(const std::string& name, const std::string& content) {
@@ -199,6 +198,26 @@ TEST_F(CommandsTest, ClassifyBatchesAndPrintsOneLinePerInput) {
   EXPECT_EQ(service_.classify_requests[1].inputs_size(), 1);
 }
 
+TEST_F(CommandsTest, ClassifyTakesInputsFromRepeatedInputFlags) {
+  cli_.args = {"sst2"};
+  cli_.repeated["input"] = {"a good film", "so\\tgood"};
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = RunClassify(cli_);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(code, 0) << err;
+  EXPECT_EQ(out, "positive\t0.7500\ta good film\npositive\t0.7500\tso\\tgood\n");
+  ASSERT_EQ(service_.classify_requests.size(), 1u);
+  ASSERT_EQ(service_.classify_requests[0].inputs_size(), 2);
+  EXPECT_EQ(service_.classify_requests[0].inputs(1).text(), "so\tgood");  // unescaped
+  // Not with --file as well.
+  absl::SetFlag(&FLAGS_file, Write("in.txt", "x\n"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunClassify(cli_), 2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("not both"));
+}
+
 TEST_F(CommandsTest, ClassifyReportsRpcErrors) {
   absl::SetFlag(&FLAGS_file, Write("in.txt", "x\n"));
   cli_.args = {"missing"};
@@ -218,9 +237,9 @@ TEST_F(CommandsTest, ListFollowsPages) {
 }
 
 TEST_F(CommandsTest, GenerateStreamsTokensAndSetsOptions) {
-  absl::SetFlag(&FLAGS_input, "Say hi:");
   absl::SetFlag(&FLAGS_beam_width, 4u);
   cli_.args = {"t"};
+  cli_.repeated["input"] = {"Say hi:"};
   cli_.repeated["stop"] = {"\\n", "."};
   ::testing::internal::CaptureStdout();
   ASSERT_EQ(RunGenerate(cli_), 0);

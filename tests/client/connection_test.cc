@@ -198,7 +198,6 @@ class ConnectionTest : public ::testing::Test {
       absl::SetFlag(flag, "");
     }
     absl::SetFlag(&FLAGS_template, "");
-    absl::SetFlag(&FLAGS_input, "");
     absl::SetFlag(&FLAGS_stream, false);
   }
 
@@ -244,7 +243,7 @@ class ConnectionTest : public ::testing::Test {
     codes["classify --stream"] = RunClassify(cli);
     absl::SetFlag(&FLAGS_stream, false);
     absl::SetFlag(&FLAGS_file, "");
-    absl::SetFlag(&FLAGS_input, "a film");
+    cli.repeated["input"] = {"a film"};
     cli.args = {"task-score"};
     cli.repeated["candidate"] = {" good", " bad"};
     codes["score"] = RunScore(cli);
