@@ -2,7 +2,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/rpc/error_details.pb.h"
 
@@ -102,7 +105,37 @@ std::string ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat(value >= 100  ? "%.0f %s"
+                         : value >= 10 ? "%.1f %s"
+                                       : "%.2f %s",
+                         value, kUnits[unit]);
+}
+
+// A plaintext client talking to a TLS server sees only the connection closing during setup.
+static void HintAtTls(const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return;
+  const std::string& m = status.error_message();
+  if (m.find("Socket closed") == std::string::npos &&
+      m.find("Connection reset") == std::string::npos &&
+      m.find("failed to connect to all addresses") == std::string::npos) {
+    return;
+  }
+  std::fprintf(stderr,
+               "manyshot: hint: is the server up at that address, and does it use TLS? With TLS "
+               "pass --tls_ca_file=CA.pem (and --tls_cert_file/--tls_key_file for mutual TLS)\n");
+}
+
 int ReportRpcError(const std::string& command, const grpc::Status& status) {
+  HintAtTls(status);
   google::rpc::Status details;
   if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
     details.set_code(static_cast<int32_t>(status.error_code()));

@@ -61,4 +61,8 @@ int ReportErrorStatus(const std::string& command, const google::rpc::Status& sta
 // A message as JSON (proto field names), on one line.
 std::string ToJson(const google::protobuf::Message& message);
 
+// A byte count for people: "812 B", "1.5 KiB", "2.10 GiB" (powers of 1024, three significant
+// digits). JSON output keeps exact byte counts.
+std::string HumanBytes(uint64_t bytes);
+
 }  // namespace manyshot::client

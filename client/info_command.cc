@@ -60,11 +60,10 @@ int RunInfo(const CliContext& cli) {
               info.backend().selection().c_str(),
               info.backend().cuda_built() ? "built" : "not built");
   const auto& c = info.cache();
-  std::printf("cache       memory %llu/%llu bytes (%llu entries), disk %llu bytes (%llu entries)\n",
-              static_cast<unsigned long long>(c.memory_bytes()),
-              static_cast<unsigned long long>(c.memory_budget_bytes()),
+  std::printf("cache       memory %s of %s (%llu entries), disk %s (%llu entries)\n",
+              HumanBytes(c.memory_bytes()).c_str(), HumanBytes(c.memory_budget_bytes()).c_str(),
               static_cast<unsigned long long>(c.memory_entries()),
-              static_cast<unsigned long long>(c.disk_bytes()),
+              HumanBytes(c.disk_bytes()).c_str(),
               static_cast<unsigned long long>(c.disk_entries()));
   std::printf("tasks       %llu\n", static_cast<unsigned long long>(info.tasks()));
   return 0;

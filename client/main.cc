@@ -1,5 +1,6 @@
 // manyshot: the command-line client for manyshot-server.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ namespace {
 constexpr char kUsage[] =
     "manyshot: command-line client for manyshot-server\n"
     "usage: manyshot [--server=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND [ARGS] [FLAGS]\n"
+    "       the server: --server, else $MANYSHOT_SERVER, else 127.0.0.1:50051\n"
     "       TLS: --tls_ca_file=CA.pem [--tls_cert_file=C.pem --tls_key_file=C.key]\n"
     "       auth: --token_file=PATH | --token=TOKEN (sends 'authorization: Bearer TOKEN')\n"
     "commands:\n"
@@ -68,8 +70,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   manyshot::client::CliContext cli;
-  absl::Status connected = manyshot::client::Connect(
-      manyshot::client::ConnectionOptionsFromFlags(absl::GetFlag(FLAGS_server)), &cli);
+  // MANYSHOT_SERVER names the server when --server is not given.
+  std::string server = absl::GetFlag(FLAGS_server);
+  const char* from_env = std::getenv("MANYSHOT_SERVER");
+  if (extracted.given.count("server") == 0 && from_env != nullptr && *from_env != '\0') {
+    server = from_env;
+  }
+  absl::Status connected =
+      manyshot::client::Connect(manyshot::client::ConnectionOptionsFromFlags(server), &cli);
   if (!connected.ok()) {
     std::fprintf(stderr, "manyshot: %s\n", std::string(connected.message()).c_str());
     return 2;
