@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace manyshot::client {
 namespace {
@@ -63,6 +64,34 @@ std::string UnescapeFlagValue(std::string_view value) {
     out.push_back(value[i]);
   }
   return out;
+}
+
+absl::Status CheckTemplateColumns(std::string_view input_template, const FieldOptions& options,
+                                  const Record& first, std::string_view source) {
+  std::vector<std::string> columns;
+  if (first.fields.is_object()) {
+    for (const auto& [name, value] : first.fields.items()) columns.push_back(name);
+  }
+  const std::string known = columns.empty() ? "none" : absl::StrJoin(columns, ", ");
+  const std::vector<std::string> placeholders = TemplatePlaceholders(input_template);
+  for (const std::string& name : placeholders) {
+    auto mapped = options.fields.find(name);
+    if (mapped != options.fields.end()) {
+      if (GetStringField(first, mapped->second).has_value()) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("--template: placeholder {", name, "} reads column '", mapped->second,
+                       "', which ", std::string(source), " does not have (its columns: ", known,
+                       "); map it with --field=", name, "=COLUMN"));
+    }
+    // A placeholder nobody mapped is filled from the text field (the only placeholder, or
+    // {text}).
+    if (GetStringField(first, options.text_field).has_value()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--template: placeholder {", name, "} is filled from the text field '", options.text_field,
+        "', which ", std::string(source), " does not have (its columns: ", known,
+        "); name the column with --text_field=COLUMN or map it with --field=", name, "=COLUMN"));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> TemplatePlaceholders(std::string_view input_template) {

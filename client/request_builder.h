@@ -44,6 +44,12 @@ struct FieldOptions {
   std::vector<std::string> labels;
 };
 
+// Before anything is sent: every placeholder of `input_template` can be filled from `first` (the
+// file's first record) under `options`, else INVALID_ARGUMENT naming the placeholder, the file's
+// columns and the flag that maps it (--field=NAME=COLUMN, or --text_field for a single one).
+absl::Status CheckTemplateColumns(std::string_view input_template, const FieldOptions& options,
+                                  const Record& first, std::string_view source);
+
 // Label resolution for a demonstration, in this order:
 //  1. --label_map given: the raw value must be a key; the label is the mapped word.
 //  2. --labels given and the value is one of the label words: that word.

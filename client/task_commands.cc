@@ -173,6 +173,12 @@ int RunCreate(const CliContext& cli) {
 
   auto records = ReadExamples(path, *format);
   if (!records.ok()) return ReportUsageError(cmd, std::string(records.status().message()));
+  if (!records->empty()) {
+    if (absl::Status s = CheckTemplateColumns(input_template, options, records->front(), path);
+        !s.ok()) {
+      return ReportUsageError(cmd, std::string(s.message()));
+    }
+  }
   auto demonstrations = BuildDemonstrations(*records, options, path);
   if (!demonstrations.ok()) {
     return ReportUsageError(cmd, std::string(demonstrations.status().message()));

@@ -167,6 +167,34 @@ TEST(RequestBuilderTest, MissingTextFieldNamesLineAndFlag) {
   EXPECT_THAT(error.status().message(), HasSubstr("x.csv:2: no field 'text' (set --text_field"));
 }
 
+TEST(RequestBuilderTest, TemplatePlaceholdersAreCheckedAgainstTheFilesColumns) {
+  std::vector<Record> records =
+      Parse("sentence,premise,label\nfine,a dog,1\n", ExampleFormat::kCsv);
+  FieldOptions by_text;
+  by_text.text_field = "sentence";
+  // One placeholder of any name reads the text field.
+  EXPECT_TRUE(CheckTemplateColumns("Review: {review}", by_text, records[0], "x.csv").ok());
+  FieldOptions defaults;  // text field "text": not a column of x.csv
+  absl::Status missing = CheckTemplateColumns("Review: {review}", defaults, records[0], "x.csv");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.message(),
+            "--template: placeholder {review} is filled from the text field 'text', which x.csv "
+            "does not have (its columns: label, premise, sentence); name the column with "
+            "--text_field=COLUMN or map it with --field=review=COLUMN");
+  // Several placeholders read the columns of their names unless mapped.
+  FieldOptions named = by_text;
+  named.fields = {{"premise", "premise"}, {"hypothesis", "hypothesis"}};
+  absl::Status unmapped =
+      CheckTemplateColumns("{premise} / {hypothesis}", named, records[0], "x.csv");
+  ASSERT_FALSE(unmapped.ok());
+  EXPECT_THAT(unmapped.message(),
+              HasSubstr("placeholder {hypothesis} reads column 'hypothesis', which x.csv does not "
+                        "have (its columns: label, premise, sentence); map it with "
+                        "--field=hypothesis=COLUMN"));
+  named.fields["hypothesis"] = "sentence";
+  EXPECT_TRUE(CheckTemplateColumns("{premise} / {hypothesis}", named, records[0], "x.csv").ok());
+}
+
 std::vector<v1::Demonstration> MakeDemonstrations(int n) {
   std::vector<v1::Demonstration> out;
   for (int i = 0; i < n; ++i) {
