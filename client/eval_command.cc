@@ -1,6 +1,7 @@
 // manyshot eval: the structured-prompting paper's protocol against a running server (see
 // eval_runner.h for the protocol, eval_presets.h for the datasets).
 #include <unistd.h>
+#include <cstdlib>
 
 #include <atomic>
 #include <csignal>
@@ -23,8 +24,9 @@ ABSL_FLAG(std::string, preset, "",
           "eval: dataset preset (files, template, label words), e.g. sst2_cbu; 'list' lists them");
 ABSL_FLAG(std::string, dataset, "",
           "eval: a dataset folder such as ../shared/datasets/sst2_cbu (its name is the preset)");
-ABSL_FLAG(std::string, datasets_dir, "../shared/datasets",
-          "eval: the directory holding the preset dataset folders");
+ABSL_FLAG(std::string, datasets_dir, "",
+          "eval: the directory holding the preset dataset folders (default: $MANYSHOT_DATASETS, "
+          "else ../shared/datasets)");
 ABSL_FLAG(std::string, train_file, "",
           "eval: without a preset, the labelled jsonl/csv/tsv file demonstrations are drawn from "
           "(with --template, --labels or --label_map, --text_field, --label_field, --field)");
@@ -49,15 +51,41 @@ std::atomic<bool> interrupted{false};
 
 extern "C" void OnInterrupt(int) { interrupted.store(true); }
 
-void ListPresets() {
-  std::printf("%-16s %-16s %-26s %-27s %s\n", "PRESET", "FOLDER", "TRAIN", "TEST", "LABELS");
+// --datasets_dir, else $MANYSHOT_DATASETS, else ../shared/datasets (beside a checkout).
+std::string DatasetsDir() {
+  std::string dir = absl::GetFlag(FLAGS_datasets_dir);
+  if (dir.empty()) {
+    const char* env = std::getenv("MANYSHOT_DATASETS");
+    dir = env != nullptr && *env != '\0' ? env : "../shared/datasets";
+  }
+  return dir;
+}
+
+void ListPresets(const std::string& datasets_dir) {
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(datasets_dir, error);
+  std::printf("datasets directory: %s (--datasets_dir or $MANYSHOT_DATASETS)\n",
+              (error ? std::filesystem::path(datasets_dir) : absolute).c_str());
+  std::printf("%-16s %-5s %-16s %-26s %-27s %s\n", "PRESET", "DATA", "FOLDER", "TRAIN", "TEST",
+              "LABELS");
+  int with_data = 0;
   for (const DatasetPreset& p : DatasetPresets()) {
     std::string labels;
     for (const std::string& label : p.labels)
       absl::StrAppend(&labels, labels.empty() ? "" : "/", label);
+    const bool present = std::filesystem::is_regular_file(
+        std::filesystem::path(datasets_dir) / p.folder / p.train_file, error);
+    with_data += present;
+    std::printf("%-16s %-5s %-16s %-26s %-27s %s\n", p.name.c_str(), present ? "yes" : "no",
+                p.folder.c_str(), p.train_file.c_str(),
+                p.test_file.empty() ? "(every 10th held out)" : p.test_file.c_str(),
+                labels.c_str());
+  }
+  if (with_data == 0) {
     std::printf(
-        "%-16s %-16s %-26s %-27s %s\n", p.name.c_str(), p.folder.c_str(), p.train_file.c_str(),
-        p.test_file.empty() ? "(every 10th held out)" : p.test_file.c_str(), labels.c_str());
+        "no preset has its files here: the presets read public datasets, which are not part of "
+        "the repository; point --datasets_dir at a copy, or evaluate your own labelled file with "
+        "--train_file=PATH --template=T --labels=...\n");
   }
 }
 
@@ -93,7 +121,7 @@ absl::StatusOr<std::vector<v1::Mode>> ParseModes(const std::string& value) {
 
 absl::StatusOr<EvalDataset> LoadDataset(const CliContext& cli) {
   std::string preset_name = absl::GetFlag(FLAGS_preset);
-  std::string datasets_dir = absl::GetFlag(FLAGS_datasets_dir);
+  std::string datasets_dir = DatasetsDir();
   const std::string dataset_dir = absl::GetFlag(FLAGS_dataset);
   if (!dataset_dir.empty()) {
     std::filesystem::path folder = std::filesystem::path(dataset_dir).lexically_normal();
@@ -146,7 +174,7 @@ int RunEval(const CliContext& cli) {
   const std::string cmd = "eval";
   if (!cli.args.empty()) return ReportUsageError(cmd, "takes no positional arguments");
   if (absl::GetFlag(FLAGS_preset) == "list") {
-    ListPresets();
+    ListPresets(DatasetsDir());
     return 0;
   }
   EvalPlan plan;

@@ -120,7 +120,10 @@ absl::StatusOr<EvalDataset> LoadPresetDataset(const DatasetPreset& preset,
   if (!std::filesystem::is_directory(folder, error)) {
     return absl::NotFoundError(
         absl::StrCat("preset ", preset.name, ": no folder ", folder.string(),
-                     " (set --datasets_dir to the directory holding the dataset folders)"));
+                     " (set --datasets_dir or $MANYSHOT_DATASETS to the directory holding the "
+                     "dataset folders; the presets read public datasets, which are not part of the "
+                     "repository; manyshot eval --preset=list shows which presets have their "
+                     "files, and --train_file=PATH evaluates your own labelled file)"));
   }
   FieldOptions options;
   options.text_field = preset.text_field;

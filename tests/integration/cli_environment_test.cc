@@ -1,5 +1,7 @@
 // The manyshot CLI against the real server: MANYSHOT_SERVER names the server when --server is not
 // given (and --server wins over it), and `info` shows cache sizes in binary units.
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "gtest/gtest.h"
@@ -27,6 +29,26 @@ TEST(CliEnvironmentTest, ManyshotServerNamesTheServerAndInfoShowsReadableSizes) 
                  dir.path());
   EXPECT_EQ(overridden.exit_status, 1) << overridden.out;
   EXPECT_NE(overridden.err.find("UNAVAILABLE"), std::string::npos) << overridden.err;
+}
+
+// `eval --preset=list` says where it looks and which presets have their files there.
+TEST(CliEnvironmentTest, PresetListShowsWhichPresetsHaveTheirFiles) {
+  TempDir dir;
+  const std::filesystem::path datasets = dir.path() / "datasets";
+  std::filesystem::create_directories(datasets / "sst2_cbu");
+  std::ofstream(datasets / "sst2_cbu" / "stsa.binary.train") << "1 a fine film\n";
+  CommandResult listed = RunCommand({"/usr/bin/env", "MANYSHOT_DATASETS=" + datasets.string(),
+                                     CliBinary(), "eval", "--preset=list"},
+                                    dir.path());
+  ASSERT_EQ(listed.exit_status, 0) << listed.err;
+  EXPECT_NE(listed.out.find("datasets directory: " + datasets.string()), std::string::npos)
+      << listed.out;
+  EXPECT_TRUE(std::regex_search(listed.out, std::regex(R"(\nsst2_cbu +yes )"))) << listed.out;
+  EXPECT_TRUE(std::regex_search(listed.out, std::regex(R"(\ntrec_cbu +no )"))) << listed.out;
+  CommandResult empty = RunCommand(
+      {CliBinary(), "eval", "--preset=list", "--datasets_dir=" + dir.path().string()}, dir.path());
+  ASSERT_EQ(empty.exit_status, 0) << empty.err;
+  EXPECT_NE(empty.out.find("no preset has its files here"), std::string::npos) << empty.out;
 }
 
 }  // namespace
