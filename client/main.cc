@@ -9,7 +9,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "client/cli_args.h"
+#include "client/command_help.h"
 #include "client/commands.h"
 #include "client/connection.h"
 
@@ -43,7 +45,8 @@ constexpr char kUsage[] =
     "       [--test_limit=200] [--plot=FILE.png] [--json]\n"
     "                          accuracy vs demonstrations over seeded samples (mean, std);\n"
     "                          creates and deletes its own tasks; --preset=list lists presets\n"
-    "exit status: 0 ok, 1 RPC error, 2 usage error. Flags: manyshot --helpfull\n";
+    "exit status: 0 ok, 1 RPC error, 2 usage error. A command's flags: manyshot COMMAND --help;\n"
+    "every flag: manyshot --helpfull\n";
 
 }  // namespace
 
@@ -51,10 +54,23 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   absl::FlagsUsageConfig usage_config;
   usage_config.version_string = [] { return std::string("manyshot " MANYSHOT_VERSION "\n"); };
+  // --help lists the CLI's own flags (absl matches files named after the binary by default,
+  // which found none); a command's flags: manyshot COMMAND --help.
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   // Repeatable flags are taken out before absl parses the rest (absl keeps only the last value).
   manyshot::client::ExtractedArgs extracted = manyshot::client::ExtractRepeatedFlags(
       std::vector<std::string>(argv, argv + argc), {"field", "candidate", "stop", "input"});
+  // `manyshot COMMAND --help`: that command's usage and flags (absl's --help: the global usage).
+  for (const std::string& arg : extracted.rest) {
+    if (!manyshot::client::IsHelpFlag(arg)) continue;
+    const std::string command = manyshot::client::FindCommand(extracted.rest);
+    if (!command.empty() && manyshot::client::PrintCommandHelp(command, stdout)) return 0;
+    break;
+  }
   std::string unknown = manyshot::client::FindUnknownFlag(extracted.rest);
   if (!unknown.empty()) {
     std::fprintf(stderr, "manyshot: unknown flag %s (see manyshot --helpfull)\n", unknown.c_str());

@@ -3,6 +3,9 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/integration/server_under_test.h"
@@ -49,6 +52,29 @@ TEST(CliEnvironmentTest, PresetListShowsWhichPresetsHaveTheirFiles) {
       {CliBinary(), "eval", "--preset=list", "--datasets_dir=" + dir.path().string()}, dir.path());
   ASSERT_EQ(empty.exit_status, 0) << empty.err;
   EXPECT_NE(empty.out.find("no preset has its files here"), std::string::npos) << empty.out;
+}
+
+// `manyshot COMMAND --help` shows that command's usage and flags (with their help and defaults);
+// `manyshot --help` lists the CLI's flags.
+TEST(CliEnvironmentTest, EveryCommandHasItsOwnHelp) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
+      {"create", {"usage: manyshot create TASK_ID", "--template", "--label_map", "--chunk"}},
+      {"classify", {"usage: manyshot classify TASK_ID", "--input", "--stream", "--batch"}},
+      {"generate", {"usage: manyshot generate", "--max_new_tokens", "--stop"}},
+      {"eval", {"usage: manyshot eval", "--preset", "--datasets_dir", "--shots"}},
+      {"info", {"usage: manyshot info"}}};
+  for (const auto& [command, needles] : expected) {
+    CommandResult help = RunCommand({CliBinary(), command, "--help"}, dir.path());
+    EXPECT_EQ(help.exit_status, 0) << command << ": " << help.err;
+    for (const std::string& needle : needles) {
+      EXPECT_NE(help.out.find(needle), std::string::npos) << command << " --help:\n" << help.out;
+    }
+  }
+  CommandResult global = RunCommand({CliBinary(), "--help"}, dir.path());
+  const std::string all = global.out + global.err;
+  EXPECT_EQ(all.find("No flags matched"), std::string::npos) << all;
+  EXPECT_NE(all.find("--server"), std::string::npos) << all;
 }
 
 }  // namespace
