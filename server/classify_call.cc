@@ -86,7 +86,7 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
       [&parts, &metrics, held, inputs = std::move(inputs), overrides = *overrides, abandoned,
        request_id = request.request_id(), shared_done](ServedTask& task) {
         auto items = task.PrepareClassify(inputs);
-        if (!items.ok()) return (*shared_done)(items.status());
+        if (!items.ok()) return (*shared_done)(InRequestTerms(items.status()));
         parts.scheduler.Classify(
             held, *std::move(items), task.RecomputedContextTokens(), overrides, abandoned,
             [&metrics, held, request_id,

@@ -90,7 +90,7 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
       [output, input = *std::move(input), params = std::move(params),
        overrides = *overrides](TaskRegistry::Handle& handle) -> absl::Status {
         auto out = handle.task->Generate(handle.get(), input, params, overrides);
-        if (!out.ok()) return out.status();
+        if (!out.ok()) return InRequestTerms(out.status());
         *output = *std::move(out);
         return absl::OkStatus();
       },

@@ -209,7 +209,7 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
       [this, held = *version, inputs = std::move(inputs), candidates, overrides = *overrides,
        results, abandoned = reactor->abandoned, finish](ServedTask& task) {
         auto prepared = task.PrepareChoices(inputs, *candidates);
-        if (!prepared.ok()) return finish(prepared.status());
+        if (!prepared.ok()) return finish(InRequestTerms(prepared.status()));
         auto prepared_items =
             std::make_shared<std::vector<QueryWithCandidates>>(*std::move(prepared));
         parts_.scheduler.Run(

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -108,6 +109,35 @@ absl::Status InSpecTerms(absl::Status status) {
   const std::string name(message.substr(0, end));
   if (v1::TaskSpec::descriptor()->FindFieldByName(name) == nullptr) return status;
   return InvalidFieldError("spec." + name, absl::StrCat("spec.", message));
+}
+
+absl::Status InRequestTerms(absl::Status status) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  std::string message(status.message());
+  std::string field;
+  // "input N: ..." (the engine's wording for one input of a request).
+  const size_t colon = message.find(": ");
+  int index = 0;
+  if (message.rfind("input ", 0) == 0 && colon != std::string::npos &&
+      absl::SimpleAtoi(absl::string_view(message).substr(6, colon - 6), &index)) {
+    field = absl::StrCat("inputs[", index, "]");
+    message = absl::StrCat(field, message.substr(colon));
+  } else if (message.rfind("max_new_tokens ", 0) == 0) {
+    field = "options.max_new_tokens";
+    message = "options." + message;
+  }
+  for (const char* limit : {"max_query_tokens", "max_answer_tokens"}) {
+    if (message.find(absl::StrCat("more than ", limit)) == std::string::npos &&
+        message.find(absl::StrCat("and ", limit)) == std::string::npos) {
+      continue;
+    }
+    absl::StrAppend(&message, " (the task's spec.", limit,
+                    ", fixed when it was created: manyshot create --", limit,
+                    "=N, or CreateTask with replace)");
+    break;
+  }
+  if (field.empty() && message == status.message()) return status;
+  return field.empty() ? absl::InvalidArgumentError(message) : InvalidFieldError(field, message);
 }
 
 absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config) {

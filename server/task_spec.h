@@ -20,6 +20,12 @@ absl::Status ValidateTaskId(const std::string& task_id);
 // BadRequest field name `spec.<field>` instead. Anything else is returned unchanged.
 absl::Status InSpecTerms(absl::Status status);
 
+// An engine's INVALID_ARGUMENT about a request in the API's terms: "input 3: ..." becomes
+// "inputs[3]: ..." (BadRequest field inputs[3]), "max_new_tokens ..." becomes
+// "options.max_new_tokens ...", and a limit the task fixed at creation (max_query_tokens,
+// max_answer_tokens) is named as the task option and the CLI flag that set it.
+absl::Status InRequestTerms(absl::Status status);
+
 absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config);
 
 absl::StatusOr<std::vector<Example>> ToDemonstrations(

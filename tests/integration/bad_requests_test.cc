@@ -397,7 +397,19 @@ std::vector<BadRequest> Cases() {
           r.mutable_inputs(0)->set_text(text);
         });
       },
-      StatusCode::INVALID_ARGUMENT, "more than max_query_tokens 48");
+      StatusCode::INVALID_ARGUMENT, "inputs[0]: the rendered input has");
+  add(
+      "classify_query_over_max_query_tokens_names_the_task_option",
+      [](auto& s) {
+        return ClassifyWith(s, [](auto& r) {
+          std::string text;
+          for (int i = 0; i < 80; ++i) text += "word ";
+          r.mutable_inputs(0)->set_text(text);
+        });
+      },
+      StatusCode::INVALID_ARGUMENT,
+      "more than max_query_tokens 48 (the task's spec.max_query_tokens, fixed when it was "
+      "created: manyshot create --max_query_tokens=N");
   add(
       "classify_negative_rescale_factor",
       [](auto& s) {
@@ -483,6 +495,15 @@ std::vector<BadRequest> Cases() {
         return GenerateWith(s, [](auto& r) { r.mutable_options()->set_max_new_tokens(17); });
       },
       StatusCode::INVALID_ARGUMENT, "more than --max_new_tokens 16");
+  add(
+      "generate_more_new_tokens_than_the_task_answer_room",
+      [](auto& s) {
+        return GenerateWith(s, [](auto& r) { r.mutable_options()->set_max_new_tokens(10); });
+      },
+      StatusCode::INVALID_ARGUMENT,
+      "options.max_new_tokens 10 must be between 1 and max_answer_tokens 8 (the task's "
+      "spec.max_answer_tokens, fixed when it was created: manyshot create "
+      "--max_answer_tokens=N");
   add(
       "generate_beam_width_above_max",
       [](auto& s) {
