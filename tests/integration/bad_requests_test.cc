@@ -113,6 +113,13 @@ struct BadRequest {
   std::string message;  // a substring the error message must contain
 };
 
+// An input over the test task's max_query_tokens (48).
+std::string EightyWords() {
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "word ";
+  return text;
+}
+
 std::vector<BadRequest> Cases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<BadRequest> cases;
@@ -391,21 +398,13 @@ std::vector<BadRequest> Cases() {
   add(
       "classify_query_over_max_query_tokens",
       [](auto& s) {
-        return ClassifyWith(s, [](auto& r) {
-          std::string text;
-          for (int i = 0; i < 80; ++i) text += "word ";
-          r.mutable_inputs(0)->set_text(text);
-        });
+        return ClassifyWith(s, [](auto& r) { r.mutable_inputs(0)->set_text(EightyWords()); });
       },
       StatusCode::INVALID_ARGUMENT, "inputs[0]: the rendered input has");
   add(
       "classify_query_over_max_query_tokens_names_the_task_option",
       [](auto& s) {
-        return ClassifyWith(s, [](auto& r) {
-          std::string text;
-          for (int i = 0; i < 80; ++i) text += "word ";
-          r.mutable_inputs(0)->set_text(text);
-        });
+        return ClassifyWith(s, [](auto& r) { r.mutable_inputs(0)->set_text(EightyWords()); });
       },
       StatusCode::INVALID_ARGUMENT,
       "more than max_query_tokens 48 (the task's spec.max_query_tokens, fixed when it was "
@@ -569,11 +568,7 @@ std::vector<BadRequest> Cases() {
   add(
       "generate_query_over_max_query_tokens",
       [](auto& s) {
-        return GenerateWith(s, [](auto& r) {
-          std::string text;
-          for (int i = 0; i < 80; ++i) text += "word ";
-          r.mutable_input()->set_text(text);
-        });
+        return GenerateWith(s, [](auto& r) { r.mutable_input()->set_text(EightyWords()); });
       },
       StatusCode::INVALID_ARGUMENT, "max_query_tokens 48");
 
