@@ -25,6 +25,7 @@ absl::StatusOr<v1::ClassifyResponse> ToResponse(const v1::TaskSpec& spec,
     out->set_label_index(static_cast<uint32_t>(r.prediction));
     out->set_raw_label_index(static_cast<uint32_t>(r.raw_prediction));
     out->set_input_tokens(static_cast<uint32_t>(r.input_tokens));
+    out->set_truncated_tokens(static_cast<uint32_t>(r.truncated_tokens));
     for (size_t l = 0; l < r.labels.size(); ++l) {
       auto* s = out->add_scores();
       s->set_label(spec.labels(static_cast<int>(l)));
@@ -85,7 +86,7 @@ void StartClassify(ServiceParts& parts, const std::string& tenant,
       [shared_done](absl::Status s) { (*shared_done)(std::move(s)); },
       [&parts, &metrics, held, inputs = std::move(inputs), overrides = *overrides, abandoned,
        request_id = request.request_id(), shared_done](ServedTask& task) {
-        auto items = task.PrepareClassify(inputs);
+        auto items = task.PrepareClassify(inputs, overrides);
         if (!items.ok()) return (*shared_done)(InRequestTerms(items.status()));
         parts.scheduler.Classify(
             held, *std::move(items), task.RecomputedContextTokens(), overrides, abandoned,

@@ -66,8 +66,8 @@ std::vector<Range> NumericRanges(const ServerConfig& c) {
       {"max_streams_per_connection", c.max_streams_per_connection, 1, kMaxMessage},
       {"stream_idle_timeout_seconds", c.stream_idle_timeout_seconds, 1, 86400},
       {"max_total_upload_bytes", Clamped(c.max_total_upload_bytes), 1, kUnbounded},
-      {"default_max_query_tokens", c.default_max_query_tokens, 1, kUnbounded},
-      {"default_max_answer_tokens", c.default_max_answer_tokens, 1, kUnbounded},
+      {"default_max_query_tokens", c.default_max_query_tokens, 0, kUnbounded},
+      {"default_max_answer_tokens", c.default_max_answer_tokens, 0, kUnbounded},
   };
 }
 

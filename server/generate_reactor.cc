@@ -1,8 +1,11 @@
 #include "server/generate_reactor.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/prompting/query_room.h"
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "server/request_parser.h"
@@ -54,7 +57,13 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
   params.beam_search = o.strategy() == v1::DECODING_STRATEGY_BEAM;
   params.beam_width = o.beam_width() ? static_cast<int>(o.beam_width()) : 3;
   params.length_penalty = o.has_length_penalty() ? o.length_penalty() : 0.6;
-  params.max_new_tokens = o.max_new_tokens() ? static_cast<int>(o.max_new_tokens()) : 30;
+  // Unset: the default length, or fewer tokens where the input leaves less room (the task
+  // shortens it); set: exactly that bound, refused when the input leaves less room.
+  params.shorten_to_room = o.max_new_tokens() == 0;
+  params.max_new_tokens =
+      params.shorten_to_room
+          ? std::min(kDefaultMaxNewTokens, static_cast<int>(config.max_new_tokens))
+          : static_cast<int>(std::min<uint32_t>(o.max_new_tokens(), INT32_MAX));
   if (params.max_new_tokens > static_cast<int>(config.max_new_tokens)) {
     return End(absl::InvalidArgumentError(
         absl::StrCat("options.max_new_tokens ", params.max_new_tokens,
@@ -117,6 +126,7 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
                                       : v1::FINISH_REASON_MAX_TOKENS);
         result->set_sum_logprob(output->sum_logprob);
         result->set_score(output->score);
+        result->set_truncated_input_tokens(static_cast<uint32_t>(output->truncated_input_tokens));
         writes_.Write(SerializeResponse(last));
         End(absl::OkStatus());
       });

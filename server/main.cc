@@ -129,10 +129,12 @@ ABSL_FLAG(uint64_t, max_upload_bytes, 1ull << 30,
 ABSL_FLAG(uint64_t, max_total_upload_bytes, 2ull << 30,
           "Most bytes of request messages all CreateTask calls together may hold until each call "
           "ends (RESOURCE_EXHAUSTED beyond; retry with backoff)");
-ABSL_FLAG(uint32_t, default_max_query_tokens, 128,
-          "Room for a query (tokens) when a task does not set max_query_tokens");
-ABSL_FLAG(uint32_t, default_max_answer_tokens, 32,
-          "Room for an answer (tokens) when a task does not set max_answer_tokens");
+ABSL_FLAG(uint32_t, default_max_query_tokens, 0,
+          "Room for a query (tokens) when a task does not set max_query_tokens; 0: a quarter of "
+          "the model's context length, 128 to 4096 (512 counts as the context of T5 models)");
+ABSL_FLAG(uint32_t, default_max_answer_tokens, 0,
+          "Room for an answer (tokens) when a task does not set max_answer_tokens; 0: a "
+          "sixteenth of the model's context length, 32 to 256");
 
 namespace {
 

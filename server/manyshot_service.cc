@@ -188,6 +188,7 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
         const ChoiceResult& result = (*results)[i];
         auto* o = out.add_results();
         o->set_best_index(static_cast<uint32_t>(result.best));
+        o->set_truncated_tokens(static_cast<uint32_t>(result.truncated_tokens));
         for (size_t c = 0; c < result.candidates.size(); ++c) {
           auto* s = o->add_candidates();
           s->set_candidate((*candidates)[i][c]);
@@ -208,7 +209,7 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
       TenantOf(context), *version, items, reactor->abandoned, finish,
       [this, held = *version, inputs = std::move(inputs), candidates, overrides = *overrides,
        results, abandoned = reactor->abandoned, finish](ServedTask& task) {
-        auto prepared = task.PrepareChoices(inputs, *candidates);
+        auto prepared = task.PrepareChoices(inputs, *candidates, overrides);
         if (!prepared.ok()) return finish(InRequestTerms(prepared.status()));
         auto prepared_items =
             std::make_shared<std::vector<QueryWithCandidates>>(*std::move(prepared));

@@ -340,6 +340,8 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   for (int32_t n : layout.demonstrations_per_group) stats->add_demonstrations_per_group(n);
   stats->set_truncated_demonstrations(layout.truncated_demonstrations);
   stats->set_effective_rescale_factor(task->default_factor());
+  stats->set_max_query_tokens(static_cast<uint32_t>(task->options().max_query_tokens));
+  stats->set_max_answer_tokens(static_cast<uint32_t>(task->options().max_answer_tokens));
   const ModelConfig& c = model_.transformer->config();
   stats->set_cache_bytes(2ull * c.num_layers * layout.context_tokens * c.num_kv_heads * c.head_dim *
                          DTypeSize(cache_.storage_dtype()));
@@ -482,6 +484,8 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::CreateT5(
   stats->set_context_tokens(static_cast<uint64_t>(tokens));
   stats->set_truncated_demonstrations(static_cast<uint64_t>(set.truncated_demonstrations));
   stats->set_segment_length(static_cast<uint32_t>(set.segment_length));
+  stats->set_max_query_tokens(static_cast<uint32_t>(task->options().common.max_query_tokens));
+  stats->set_max_answer_tokens(static_cast<uint32_t>(task->options().common.max_answer_tokens));
   stats->set_cache_holds(kT5CacheHolds);
   stats->set_cache_bytes(0);  // nothing in the KV tiers
   stats->set_encode_seconds(

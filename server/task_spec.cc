@@ -51,6 +51,23 @@ absl::StatusOr<PromptMode> ToMode(v1::Mode mode, const std::string& what) {
   }
 }
 
+absl::StatusOr<InputTruncation> ToInputTruncation(v1::InputTruncation how,
+                                                  const std::string& what) {
+  switch (how) {
+    case v1::INPUT_TRUNCATION_UNSPECIFIED:
+    case v1::INPUT_TRUNCATION_NONE:
+      return InputTruncation::kNone;
+    case v1::INPUT_TRUNCATION_KEEP_START:
+      return InputTruncation::kKeepStart;
+    case v1::INPUT_TRUNCATION_KEEP_END:
+      return InputTruncation::kKeepEnd;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", static_cast<int>(how),
+                       " is not a known truncation (NONE, KEEP_START, KEEP_END)"));
+  }
+}
+
 // The server keeps one KV storage type (--kv_dtype) for every task; a task may name it, not ask
 // for another.
 absl::Status CheckKvDtype(v1::KvDtype requested, const ServerConfig& config) {
@@ -100,6 +117,22 @@ absl::Status ValidateTaskId(const std::string& task_id) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The task option a request's limit error is about: an over-long input names max_query_tokens,
+// a room for answers too small names max_answer_tokens (raising it leaves room for both).
+const char* LimitNamedIn(const std::string& message) {
+  if (message.find("more than max_query_tokens") != std::string::npos ||
+      message.find("truncated to max_query_tokens") != std::string::npos) {
+    return "max_query_tokens";
+  }
+  if (message.find("max_answer_tokens") != std::string::npos) return "max_answer_tokens";
+  if (message.find("max_query_tokens") != std::string::npos) return "max_query_tokens";
+  return nullptr;
+}
+
+}  // namespace
+
 absl::Status InSpecTerms(absl::Status status) {
   if (status.code() != absl::StatusCode::kInvalidArgument) return status;
   const absl::string_view message = status.message();
@@ -126,15 +159,16 @@ absl::Status InRequestTerms(absl::Status status) {
     field = "options.max_new_tokens";
     message = "options." + message;
   }
-  for (const char* limit : {"max_query_tokens", "max_answer_tokens"}) {
-    if (message.find(absl::StrCat("more than ", limit)) == std::string::npos &&
-        message.find(absl::StrCat("and ", limit)) == std::string::npos) {
-      continue;
-    }
+  if (const char* limit = LimitNamedIn(message); limit != nullptr) {
     absl::StrAppend(&message, " (the task's spec.", limit,
                     ", fixed when it was created: manyshot create --", limit,
-                    "=N, or CreateTask with replace)");
-    break;
+                    "=N, or CreateTask with replace");
+    if (message.find("more than max_query_tokens") != std::string::npos) {
+      absl::StrAppend(&message,
+                      "; or cut long inputs: options.truncation per request, "
+                      "spec.input_truncation per task, manyshot classify --truncate=keep_end");
+    }
+    absl::StrAppend(&message, ")");
   }
   if (field.empty() && message == status.message()) return status;
   return field.empty() ? absl::InvalidArgumentError(message) : InvalidFieldError(field, message);
@@ -214,6 +248,11 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
       spec.max_query_tokens() ? spec.max_query_tokens() : config.default_max_query_tokens;
   o.max_answer_tokens =
       spec.max_answer_tokens() ? spec.max_answer_tokens() : config.default_max_answer_tokens;
+  if (spec.input_truncation() != v1::INPUT_TRUNCATION_UNSPECIFIED) {
+    auto how = ToInputTruncation(spec.input_truncation(), "spec.input_truncation");
+    if (!how.ok()) return how.status();
+    o.input_truncation = *how;
+  }
   return o;
 }
 
@@ -276,6 +315,11 @@ absl::StatusOr<Example> ToExample(const v1::Input& input, const ServerConfig& co
 
 absl::StatusOr<QueryOverrides> ToOverrides(const v1::QueryOptions& options) {
   QueryOverrides o;
+  if (options.truncation() != v1::INPUT_TRUNCATION_UNSPECIFIED) {
+    auto how = ToInputTruncation(options.truncation(), "options.truncation");
+    if (!how.ok()) return how.status();
+    o.truncation = *how;
+  }
   if (options.mode() != v1::MODE_UNSPECIFIED) {
     auto mode = ToMode(options.mode(), "options.mode");
     if (!mode.ok()) return mode.status();

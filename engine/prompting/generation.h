@@ -22,6 +22,9 @@ struct GenerationParams {
   int beam_width = 3;
   double length_penalty = 0.6;
   int max_new_tokens = 30;
+  // max_new_tokens is a default, not the caller's ask: a task lowers it to the room its input
+  // leaves for an answer instead of refusing the request.
+  bool shorten_to_room = false;
   std::optional<int32_t> eos_id;  // stop at eos when set
   std::vector<std::string> stop;  // stop strings (need `decode`)
   // Token ids -> text, for stop strings and streaming. Required when `stop` is non-empty.
@@ -38,7 +41,8 @@ struct GenerationOutput {
   double sum_logprob = 0;       // includes the eos token's log-prob when it ended the search
   double score = 0;             // sum_logprob / length^length_penalty
   FinishReason reason = FinishReason::kMaxTokens;
-  std::string stop_string;  // the stop string that ended it, if any
+  std::string stop_string;             // the stop string that ended it, if any
+  int64_t truncated_input_tokens = 0;  // removed from the input to fit max_query_tokens
 };
 
 absl::StatusOr<GenerationOutput> Generate(QueryState start, const GenerationParams& params);

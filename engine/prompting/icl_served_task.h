@@ -16,13 +16,13 @@ class IclServedTask : public ServedTask {
   IclTask& task() const { return *task_; }
 
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
-      const std::vector<Example>& inputs) const override {
-    return task_->PrepareClassify(inputs);
+      const std::vector<Example>& inputs, const QueryOverrides& overrides) const override {
+    return task_->PrepareClassify(inputs, overrides);
   }
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareChoices(
-      const std::vector<Example>& inputs,
-      const std::vector<std::vector<std::string>>& candidates) const override {
-    return task_->PrepareChoices(inputs, candidates);
+      const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+      const QueryOverrides& overrides) const override {
+    return task_->PrepareChoices(inputs, candidates, overrides);
   }
   absl::StatusOr<std::vector<ClassifyResult>> ClassifyPrepared(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/prompting/query_room.h"
 
 namespace manyshot {
 namespace {
@@ -35,6 +36,8 @@ absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
     const std::vector<Example>& demonstrations) {
   std::unique_ptr<IclTask> task(new IclTask(model, tokenizer));
   const int64_t context_length = model.config().max_position_embeddings;
+  if (options.max_query_tokens == 0) options.max_query_tokens = DefaultQueryRoom(context_length);
+  if (options.max_answer_tokens == 0) options.max_answer_tokens = DefaultAnswerRoom(context_length);
   if (options.max_query_tokens < 1 || options.max_answer_tokens < 1) {
     return absl::InvalidArgumentError("max_query_tokens and max_answer_tokens must be at least 1");
   }
@@ -188,19 +191,25 @@ absl::StatusOr<std::pair<std::shared_ptr<const EncodedContext>, QueryPlacement>>
                         placement);
 }
 
+absl::StatusOr<RenderedQuery> IclTask::RenderQuery(const Example& input,
+                                                   InputTruncation how) const {
+  return FitQuery(input, how, options_.max_query_tokens,
+                  [this](const Example& e) -> absl::StatusOr<RenderedQuery> {
+                    auto text =
+                        input_template_.Render(e.text, e.fields, options_.max_rendered_bytes);
+                    if (!text.ok()) return text.status();
+                    auto tokens = tokenizer_.Encode(*text);
+                    if (!tokens.ok()) return tokens.status();
+                    return RenderedQuery{*std::move(tokens), *std::move(text), 0};
+                  });
+}
+
 absl::StatusOr<std::vector<int32_t>> IclTask::QueryTokens(const Example& input,
                                                           std::string* text) const {
-  auto rendered = input_template_.Render(input.text, input.fields, options_.max_rendered_bytes);
-  if (!rendered.ok()) return rendered.status();
-  auto tokens = tokenizer_.Encode(*rendered);
-  if (!tokens.ok()) return tokens.status();
-  if (static_cast<int64_t>(tokens->size()) > options_.max_query_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("the rendered input has ", tokens->size(),
-                                                   " tokens, more than max_query_tokens ",
-                                                   options_.max_query_tokens));
-  }
-  if (text != nullptr) *text = *std::move(rendered);
-  return tokens;
+  auto query = RenderQuery(input, options_.input_truncation);
+  if (!query.ok()) return query.status();
+  if (text != nullptr) *text = std::move(query->text);
+  return std::move(query->tokens);
 }
 
 absl::StatusOr<std::vector<int32_t>> IclTask::ContinuationTokens(const std::string& query_text,
@@ -302,21 +311,21 @@ absl::StatusOr<std::vector<double>> IclTask::CalibrationProbabilities(
 }
 
 absl::StatusOr<std::vector<QueryWithCandidates>> IclTask::PrepareClassify(
-    const std::vector<Example>& inputs) const {
+    const std::vector<Example>& inputs, const QueryOverrides& overrides) const {
   if (options_.labels.empty()) {
     return absl::FailedPreconditionError("the task has no labels; use Score with candidates");
   }
   std::vector<QueryWithCandidates> items;
   items.reserve(inputs.size());
+  const InputTruncation how = overrides.truncation.value_or(options_.input_truncation);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::string text;
-    auto query = QueryTokens(inputs[i], &text);
+    auto query = RenderQuery(inputs[i], how);
     if (!query.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", query.status().message()));
     }
-    auto labels = LabelContinuations(text);
+    auto labels = LabelContinuations(query->text);
     if (!labels.ok()) return labels.status();
-    items.push_back({*std::move(query), *std::move(labels)});
+    items.push_back({std::move(query->tokens), *std::move(labels), query->truncated_tokens});
   }
   return items;
 }
@@ -324,7 +333,7 @@ absl::StatusOr<std::vector<QueryWithCandidates>> IclTask::PrepareClassify(
 absl::StatusOr<std::vector<ClassifyResult>> IclTask::Classify(const EncodedContext* context,
                                                               const std::vector<Example>& inputs,
                                                               const QueryOverrides& overrides) {
-  auto items = PrepareClassify(inputs);
+  auto items = PrepareClassify(inputs, overrides);
   if (!items.ok()) return items.status();
   return ClassifyPrepared(context, *items, overrides);
 }
@@ -351,6 +360,7 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::ClassifyPrepared(
   for (size_t i = 0; i < items.size(); ++i) {
     ClassifyResult& r = results[i];
     r.input_tokens = static_cast<int64_t>(items[i].query.size());
+    r.truncated_tokens = items[i].truncated_tokens;
     std::vector<double> means;
     for (const auto& s : (*scores)[i]) means.push_back(s.mean_logprob);
     std::vector<double> p = Softmax(means);
@@ -370,23 +380,24 @@ absl::StatusOr<std::vector<ClassifyResult>> IclTask::ClassifyPrepared(
 }
 
 absl::StatusOr<std::vector<QueryWithCandidates>> IclTask::PrepareChoices(
-    const std::vector<Example>& inputs,
-    const std::vector<std::vector<std::string>>& candidates) const {
+    const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+    const QueryOverrides& overrides) const {
   if (inputs.size() != candidates.size()) {
     return absl::InvalidArgumentError("one candidate list per input is needed");
   }
   std::vector<QueryWithCandidates> items;
   items.reserve(inputs.size());
+  const InputTruncation how = overrides.truncation.value_or(options_.input_truncation);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::string text;
-    auto query = QueryTokens(inputs[i], &text);
+    auto query = RenderQuery(inputs[i], how);
     if (!query.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", query.status().message()));
     }
+    const std::string& text = query->text;
     if (candidates[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("item ", i, " has no candidates"));
     }
-    QueryWithCandidates item{*std::move(query), {}};
+    QueryWithCandidates item{query->tokens, {}, query->truncated_tokens};
     for (size_t c = 0; c < candidates[i].size(); ++c) {
       auto continuation = ContinuationTokens(text, candidates[i][c]);
       if (!continuation.ok()) {
@@ -403,7 +414,7 @@ absl::StatusOr<std::vector<QueryWithCandidates>> IclTask::PrepareChoices(
 absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoices(
     const EncodedContext* context, const std::vector<Example>& inputs,
     const std::vector<std::vector<std::string>>& candidates, const QueryOverrides& overrides) {
-  auto items = PrepareChoices(inputs, candidates);
+  auto items = PrepareChoices(inputs, candidates, overrides);
   if (!items.ok()) return items.status();
   return ScoreChoicesPrepared(context, *items, overrides);
 }
@@ -420,6 +431,7 @@ absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoicesPrepared(
     results[i].candidates = (*scores)[i];
     results[i].probabilities = Softmax(means);
     results[i].best = ArgMax(means);
+    results[i].truncated_tokens = items[i].truncated_tokens;
   }
   return results;
 }
@@ -427,19 +439,29 @@ absl::StatusOr<std::vector<ChoiceResult>> IclTask::ScoreChoicesPrepared(
 absl::StatusOr<GenerationOutput> IclTask::Generate(const EncodedContext* context,
                                                    const Example& input, GenerationParams params,
                                                    const QueryOverrides& overrides) {
-  auto query = QueryTokens(input, nullptr);
+  auto query = RenderQuery(input, overrides.truncation.value_or(options_.input_truncation));
   if (!query.ok()) return query.status();
-  if (params.max_new_tokens < 1 || params.max_new_tokens > options_.max_answer_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", params.max_new_tokens,
-                                                   " must be between 1 and max_answer_tokens ",
-                                                   options_.max_answer_tokens));
+  const int64_t query_tokens = static_cast<int64_t>(query->tokens.size());
+  const int64_t room = AnswerRoomAfter(query_tokens);
+  if (params.shorten_to_room) {
+    params.max_new_tokens = static_cast<int>(std::min<int64_t>(params.max_new_tokens, room));
+  }
+  if (params.max_new_tokens < 1 || params.max_new_tokens > room) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens ", params.max_new_tokens, " must be from 1 to the ", room,
+                     " tokens this input leaves for an answer (max_query_tokens ",
+                     options_.max_query_tokens, " + max_answer_tokens ", options_.max_answer_tokens,
+                     " - the input's ", query_tokens, " tokens)"));
   }
   auto resolved = Resolve(context, overrides);
   if (!resolved.ok()) return resolved.status();
-  auto state = QueryState::Start(model_, resolved->first.get(), resolved->second, bos_id_, *query);
+  auto state =
+      QueryState::Start(model_, resolved->first.get(), resolved->second, bos_id_, query->tokens);
   if (!state.ok()) return state.status();
   DecodeStopStringsWith(tokenizer_, params);
-  return manyshot::Generate(*std::move(state), params);
+  auto output = manyshot::Generate(*std::move(state), params);
+  if (output.ok()) output->truncated_input_tokens = query->truncated_tokens;
+  return output;
 }
 
 }  // namespace manyshot

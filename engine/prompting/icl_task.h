@@ -13,8 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "engine/prompting/context_encoder.h"
+#include "engine/prompting/example.h"
 #include "engine/prompting/generation.h"
 #include "engine/prompting/groups.h"
+#include "engine/prompting/input_truncation.h"
 #include "engine/prompting/prompt_template.h"
 #include "engine/prompting/query_runner.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -37,24 +39,22 @@ struct TaskOptions {
   LongDemonstrationPolicy long_demonstrations = LongDemonstrationPolicy::kReject;
   bool calibrate = false;
   std::string calibration_text = "N/A";
+  // Room after the context for a query and its answer; 0: derived from the model's context
+  // length (engine/prompting/query_room.h).
   int64_t max_query_tokens = 128;
   int64_t max_answer_tokens = 32;
+  // What a query longer than max_query_tokens gets when its request does not say.
+  InputTruncation input_truncation = InputTruncation::kNone;
   // Most bytes a rendered input may have (a demonstration's or a query's input template filled
   // in), checked before rendering; the server passes --max_input_bytes.
   size_t max_rendered_bytes = 64 * 1024;
 };
 
-// A demonstration or a query input. `label` is the answer text (demonstrations only).
-struct Example {
-  std::string text;
-  std::map<std::string, std::string> fields;
-  std::string label;
-};
-
-// Per-request overrides of the task's mode and factor.
+// Per-request overrides of the task's mode, factor and input truncation.
 struct QueryOverrides {
   std::optional<PromptMode> mode;
   std::optional<double> rescale_factor;
+  std::optional<InputTruncation> truncation;
 };
 
 struct LabelResult {
@@ -68,12 +68,14 @@ struct ClassifyResult {
   int64_t prediction = 0;      // calibrated when the task calibrates
   int64_t raw_prediction = 0;  // argmax of the mean log-prob
   int64_t input_tokens = 0;
+  int64_t truncated_tokens = 0;  // removed from the input to fit max_query_tokens
 };
 
 struct ChoiceResult {
   std::vector<CandidateScore> candidates;
   std::vector<double> probabilities;
   int64_t best = 0;
+  int64_t truncated_tokens = 0;  // removed from the input to fit max_query_tokens
 };
 
 class IclTask {
@@ -111,11 +113,12 @@ class IclTask {
   // The same queries in two steps. Preparing renders and tokenizes (inputs, labels, candidates)
   // and needs neither the context nor the weights, so a server runs it off its engine thread;
   // it is const and thread-safe. INVALID_ARGUMENT names the input ("input 3: ...").
+  // `overrides.truncation` applies here; the rest when the prepared items are answered.
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
-      const std::vector<Example>& inputs) const;
+      const std::vector<Example>& inputs, const QueryOverrides& overrides = {}) const;
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareChoices(
-      const std::vector<Example>& inputs,
-      const std::vector<std::vector<std::string>>& candidates) const;
+      const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+      const QueryOverrides& overrides = {}) const;
   // `items` from PrepareClassify / PrepareChoices of this task.
   absl::StatusOr<std::vector<ClassifyResult>> ClassifyPrepared(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
@@ -131,8 +134,14 @@ class IclTask {
     return overrides.mode.value_or(options_.mode);
   }
 
-  // Renders and tokenizes a query (INVALID_ARGUMENT past max_query_tokens).
+  // Renders and tokenizes a query (INVALID_ARGUMENT past max_query_tokens unless `how` cuts it).
+  absl::StatusOr<RenderedQuery> RenderQuery(const Example& input, InputTruncation how) const;
   absl::StatusOr<std::vector<int32_t>> QueryTokens(const Example& input, std::string* text) const;
+  // Tokens a Generate of this input may produce at most: the task's room for a query and its
+  // answer, less the input's tokens.
+  int64_t AnswerRoomAfter(int64_t query_tokens) const {
+    return options_.max_query_tokens + options_.max_answer_tokens - query_tokens;
+  }
   // Continuation tokens of `answer` after `query_text` (docs: "Rendering").
   absl::StatusOr<std::vector<int32_t>> ContinuationTokens(const std::string& query_text,
                                                           const std::string& answer) const;

@@ -34,6 +34,7 @@ struct CandidateScore {
 struct QueryWithCandidates {
   std::vector<int32_t> query;                    // q_1..q_T (no bos)
   std::vector<std::vector<int32_t>> candidates;  // each non-empty
+  int64_t truncated_tokens = 0;                  // removed from the input to fit its room
 };
 
 // The most logits rows (and K/V copies of queries) one continuation pass of ScoreCandidates

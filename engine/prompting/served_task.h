@@ -18,12 +18,12 @@ class ServedTask {
   virtual ~ServedTask() = default;
 
   // Const and thread-safe: they need neither the context nor the weights. INVALID_ARGUMENT names
-  // the input ("input 3: ...").
+  // the input ("input 3: ..."). Of `overrides`, only `truncation` applies here.
   virtual absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
-      const std::vector<Example>& inputs) const = 0;
+      const std::vector<Example>& inputs, const QueryOverrides& overrides) const = 0;
   virtual absl::StatusOr<std::vector<QueryWithCandidates>> PrepareChoices(
-      const std::vector<Example>& inputs,
-      const std::vector<std::vector<std::string>>& candidates) const = 0;
+      const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+      const QueryOverrides& overrides) const = 0;
 
   // `context`: the task's encoded context when it has one in the cache (decoder-only STRUCTURED
   // and PARALLEL), else null.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/prompting/query_room.h"
 
 namespace manyshot {
 namespace {
@@ -33,7 +34,11 @@ absl::StatusOr<std::unique_ptr<T5Task>> T5Task::Prepare(
     const T5Model& model, const Tokenizer& tokenizer, T5TaskOptions options,
     const std::vector<Example>& demonstrations) {
   std::unique_ptr<T5Task> task(new T5Task(model, tokenizer));
-  const TaskOptions& o = options.common;
+  TaskOptions& o = options.common;
+  if (o.max_query_tokens == 0) o.max_query_tokens = DefaultQueryRoom(kEncoderDecoderNominalContext);
+  if (o.max_answer_tokens == 0) {
+    o.max_answer_tokens = DefaultAnswerRoom(kEncoderDecoderNominalContext);
+  }
   if (o.max_query_tokens < 1 || o.max_answer_tokens < 1) {
     return absl::InvalidArgumentError("max_query_tokens and max_answer_tokens must be at least 1");
   }
@@ -109,19 +114,23 @@ absl::StatusOr<std::unique_ptr<T5Task>> T5Task::Prepare(
   return task;
 }
 
+absl::StatusOr<RenderedQuery> T5Task::RenderQuery(const Example& input, InputTruncation how) const {
+  return FitQuery(input, how, options_.common.max_query_tokens,
+                  [this](const Example& e) -> absl::StatusOr<RenderedQuery> {
+                    auto text = input_template_.Render(e.text, e.fields,
+                                                       options_.common.max_rendered_bytes);
+                    if (!text.ok()) return text.status();
+                    auto tokens = tokenizer_.Encode(*text);
+                    if (!tokens.ok()) return tokens.status();
+                    tokens->push_back(eos_id_);  // counted: the encoder reads it
+                    return RenderedQuery{*std::move(tokens), *std::move(text), 0};
+                  });
+}
+
 absl::StatusOr<std::vector<int32_t>> T5Task::QueryTokens(const Example& input) const {
-  auto rendered =
-      input_template_.Render(input.text, input.fields, options_.common.max_rendered_bytes);
-  if (!rendered.ok()) return rendered.status();
-  auto tokens = tokenizer_.Encode(*rendered);
-  if (!tokens.ok()) return tokens.status();
-  tokens->push_back(eos_id_);
-  if (static_cast<int64_t>(tokens->size()) > options_.common.max_query_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("the rendered input has ", tokens->size(),
-                                                   " tokens with eos, more than max_query_tokens ",
-                                                   options_.common.max_query_tokens));
-  }
-  return tokens;
+  auto query = RenderQuery(input, options_.common.input_truncation);
+  if (!query.ok()) return query.status();
+  return std::move(query->tokens);
 }
 
 absl::StatusOr<std::vector<int32_t>> T5Task::TargetTokens(const std::string& text) const {
@@ -162,7 +171,7 @@ int64_t T5Task::RecomputedContextTokens() const {
 }
 
 absl::StatusOr<std::vector<QueryWithCandidates>> T5Task::PrepareClassify(
-    const std::vector<Example>& inputs) const {
+    const std::vector<Example>& inputs, const QueryOverrides& overrides) const {
   if (options_.common.labels.empty()) {
     return absl::FailedPreconditionError("the task has no labels; use Score with candidates");
   }
@@ -179,33 +188,35 @@ absl::StatusOr<std::vector<QueryWithCandidates>> T5Task::PrepareClassify(
   }
   std::vector<QueryWithCandidates> items;
   items.reserve(inputs.size());
+  const InputTruncation how = overrides.truncation.value_or(options_.common.input_truncation);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    auto query = QueryTokens(inputs[i]);
+    auto query = RenderQuery(inputs[i], how);
     if (!query.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", query.status().message()));
     }
-    items.push_back({*std::move(query), labels});
+    items.push_back({std::move(query->tokens), labels, query->truncated_tokens});
   }
   return items;
 }
 
 absl::StatusOr<std::vector<QueryWithCandidates>> T5Task::PrepareChoices(
-    const std::vector<Example>& inputs,
-    const std::vector<std::vector<std::string>>& candidates) const {
+    const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+    const QueryOverrides& overrides) const {
   if (inputs.size() != candidates.size()) {
     return absl::InvalidArgumentError("one candidate list per input is needed");
   }
   std::vector<QueryWithCandidates> items;
   items.reserve(inputs.size());
+  const InputTruncation how = overrides.truncation.value_or(options_.common.input_truncation);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    auto query = QueryTokens(inputs[i]);
+    auto query = RenderQuery(inputs[i], how);
     if (!query.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", query.status().message()));
     }
     if (candidates[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("item ", i, " has no candidates"));
     }
-    QueryWithCandidates item{*std::move(query), {}};
+    QueryWithCandidates item{std::move(query->tokens), {}, query->truncated_tokens};
     for (size_t c = 0; c < candidates[i].size(); ++c) {
       auto target = TargetTokens(candidates[i][c]);
       if (!target.ok()) {
@@ -252,6 +263,7 @@ absl::StatusOr<std::vector<ClassifyResult>> T5Task::ClassifyPrepared(
   for (size_t i = 0; i < items.size(); ++i) {
     ClassifyResult& r = results[i];
     r.input_tokens = static_cast<int64_t>(items[i].query.size());
+    r.truncated_tokens = items[i].truncated_tokens;
     std::vector<double> means;
     for (const auto& s : (*scores)[i]) means.push_back(s.mean_logprob);
     const std::vector<double> p = Softmax(means);
@@ -274,6 +286,7 @@ absl::StatusOr<std::vector<ChoiceResult>> T5Task::ScoreChoicesPrepared(
     for (const auto& s : r.candidates) means.push_back(s.mean_logprob);
     r.probabilities = Softmax(means);
     r.best = ArgMax(means);
+    r.truncated_tokens = items[i].truncated_tokens;
   }
   return results;
 }
@@ -285,23 +298,26 @@ absl::StatusOr<GenerationOutput> T5Task::Generate(const EncodedContext*, const E
     return absl::InvalidArgumentError(
         "T5 generation always stops at the tokenizer's eos; stop_at_eos cannot be turned off");
   }
-  if (params.max_new_tokens < 1 || params.max_new_tokens > options_.common.max_answer_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", params.max_new_tokens,
-                                                   " must be between 1 and max_answer_tokens ",
-                                                   options_.common.max_answer_tokens));
+  // The decoder has relative positions and no window: the caller's bound (the server's
+  // --max_new_tokens) is the only one.
+  if (params.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens ", params.max_new_tokens, " must be at least 1"));
   }
-  auto query = QueryTokens(input);
+  auto query = RenderQuery(input, overrides.truncation.value_or(options_.common.input_truncation));
   if (!query.ok()) return query.status();
   auto mode = ModeFor(overrides);
   if (!mode.ok()) return mode.status();
   if (params.cancelled && params.cancelled()) return absl::CancelledError("generation cancelled");
-  auto encoding = EncodeT5Prompts(model_, demonstrations_, *mode, *query);
+  auto encoding = EncodeT5Prompts(model_, demonstrations_, *mode, query->tokens);
   if (!encoding.ok()) return encoding.status();
   DecodeStopStringsWith(tokenizer_, params);
   // The decoder-only search (greedy or beam, length penalty, stop strings; on_token as each
   // greedy token is chosen), its sums and scores counted as for decoder-only tasks; ENSEMBLE is
   // refused (no single decoder input).
-  return GenerateT5Prompts(model_, *encoding, params);
+  auto output = GenerateT5Prompts(model_, *encoding, params);
+  if (output.ok()) output->truncated_input_tokens = query->truncated_tokens;
+  return output;
 }
 
 }  // namespace manyshot

@@ -51,7 +51,9 @@ class T5Task : public ServedTask {
   const T5DemonstrationSet& demonstrations() const { return demonstrations_; }
 
   // The test segment of an input: its rendered tokens and eos (INVALID_ARGUMENT past
-  // max_query_tokens).
+  // max_query_tokens unless `how` cuts the input to fit).
+  absl::StatusOr<RenderedQuery> RenderQuery(const Example& input, InputTruncation how) const;
+  // RenderQuery with the task's truncation.
   absl::StatusOr<std::vector<int32_t>> QueryTokens(const Example& input) const;
   // A decoder target: the text's tokens and eos.
   absl::StatusOr<std::vector<int32_t>> TargetTokens(const std::string& text) const;
@@ -64,10 +66,10 @@ class T5Task : public ServedTask {
 
   // ServedTask. `context` is unused (a T5 task has none in the cache) and may be null.
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareClassify(
-      const std::vector<Example>& inputs) const override;
+      const std::vector<Example>& inputs, const QueryOverrides& overrides) const override;
   absl::StatusOr<std::vector<QueryWithCandidates>> PrepareChoices(
-      const std::vector<Example>& inputs,
-      const std::vector<std::vector<std::string>>& candidates) const override;
+      const std::vector<Example>& inputs, const std::vector<std::vector<std::string>>& candidates,
+      const QueryOverrides& overrides) const override;
   absl::StatusOr<std::vector<ClassifyResult>> ClassifyPrepared(
       const EncodedContext* context, const std::vector<QueryWithCandidates>& items,
       const QueryOverrides& overrides) override;

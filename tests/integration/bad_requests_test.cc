@@ -497,12 +497,15 @@ std::vector<BadRequest> Cases() {
   add(
       "generate_more_new_tokens_than_the_task_answer_room",
       [](auto& s) {
-        return GenerateWith(s, [](auto& r) { r.mutable_options()->set_max_new_tokens(10); });
+        // A 40-word input leaves fewer than 15 of the 48 + 8 tokens of room.
+        return GenerateWith(s, [](auto& r) {
+          r.mutable_input()->set_text(EightyWords().substr(0, 200));
+          r.mutable_options()->set_max_new_tokens(15);
+        });
       },
       StatusCode::INVALID_ARGUMENT,
-      "options.max_new_tokens 10 must be between 1 and max_answer_tokens 8 (the task's "
-      "spec.max_answer_tokens, fixed when it was created: manyshot create "
-      "--max_answer_tokens=N");
+      "tokens this input leaves for an answer (max_query_tokens 48 + max_answer_tokens 8 - the "
+      "input's ");
   add(
       "generate_beam_width_above_max",
       [](auto& s) {

@@ -3,6 +3,7 @@
 // errors, empty and non-ASCII inputs, generation.
 #include "engine/prompting/icl_task.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/support/golden_models.h"
@@ -192,10 +193,27 @@ TEST(IclTaskTest, GreedyIsBeamOfWidthOneAndBeamSearchIsDeterministic) {
   ASSERT_TRUE(x.ok() && y.ok());
   EXPECT_EQ(x->tokens, y->tokens);
   EXPECT_GE(x->score, g->score - 1e-9);  // beam search never ranks below greedy's hypothesis
-  GenerationParams too_long = greedy;
-  too_long.max_new_tokens = 9;
+  // An answer may use the room its input leaves (64 + 8 less the input's tokens), no more.
+  auto query = task->QueryTokens(input, nullptr);
+  ASSERT_TRUE(query.ok());
+  const int room = 64 + 8 - static_cast<int>(query->size());
+  GenerationParams longest = greedy;
+  longest.max_new_tokens = room;
+  longest.eos_id.reset();
+  auto fits = task.Generate(input, longest);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(static_cast<int>(fits->tokens.size()), room);
+  GenerationParams too_long = longest;
+  too_long.max_new_tokens = room + 1;
   EXPECT_THAT(std::string(task.Generate(input, too_long).status().message()),
-              HasSubstr("max_answer_tokens 8"));
+              HasSubstr(absl::StrCat("max_new_tokens ", room + 1, " must be from 1 to the ", room,
+                                     " tokens this input leaves for an answer (max_query_tokens "
+                                     "64 + max_answer_tokens 8")));
+  // Asked for by default: shortened to the room instead.
+  too_long.shorten_to_room = true;
+  auto shortened = task.Generate(input, too_long);
+  ASSERT_TRUE(shortened.ok()) << shortened.status();
+  EXPECT_EQ(static_cast<int>(shortened->tokens.size()), room);
 }
 
 TEST(IclTaskTest, StopStringsEndGeneration) {
