@@ -45,6 +45,13 @@ ABSL_FLAG(std::string, long_demonstrations, "",
 ABSL_FLAG(uint32_t, max_query_tokens, 0, "create: room reserved for a query (0: server default)");
 ABSL_FLAG(uint32_t, max_answer_tokens, 0,
           "create: room reserved for an answer (0: server default)");
+ABSL_FLAG(std::string, truncate, "",
+          "Inputs longer than the task's max_query_tokens: none (refused), keep_start or keep_end "
+          "(cut the input's longest value); create: the task's default; classify, score, "
+          "generate: this request's (default: the task's)");
+ABSL_FLAG(bool, dry_run, false,
+          "create: print the first demonstrations and a query as the server renders them, and "
+          "send nothing");
 ABSL_FLAG(bool, replace, false, "create: replace an existing task with different content");
 ABSL_FLAG(int, chunk, 1000, "create: demonstrations per CreateTask request message");
 

@@ -40,6 +40,8 @@ ABSL_DECLARE_FLAG(std::optional<std::string>, calibration_text);
 ABSL_DECLARE_FLAG(std::string, long_demonstrations);
 ABSL_DECLARE_FLAG(uint32_t, max_query_tokens);
 ABSL_DECLARE_FLAG(uint32_t, max_answer_tokens);
+ABSL_DECLARE_FLAG(std::string, truncate);
+ABSL_DECLARE_FLAG(bool, dry_run);
 ABSL_DECLARE_FLAG(bool, replace);
 ABSL_DECLARE_FLAG(int, chunk);
 

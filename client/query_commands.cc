@@ -35,6 +35,12 @@ bool QueryOptionsFromFlags(const std::string& cmd, v1::QueryOptions* options) {
     return false;
   }
   if (rescale > 0) options->set_rescale_factor(rescale);
+  auto truncation = ParseTruncation(absl::GetFlag(FLAGS_truncate));
+  if (!truncation.ok()) {
+    ReportUsageError(cmd, std::string(truncation.status().message()));
+    return false;
+  }
+  options->set_truncation(*truncation);
   return true;
 }
 

@@ -151,6 +151,16 @@ absl::StatusOr<v1::Alignment> ParseAlignment(std::string_view name) {
       absl::StrCat("--alignment=", lower, ": expected truncate, attention_mask or pad_space"));
 }
 
+absl::StatusOr<v1::InputTruncation> ParseTruncation(std::string_view name) {
+  std::string lower = absl::AsciiStrToLower(std::string(name));
+  if (lower.empty()) return v1::INPUT_TRUNCATION_UNSPECIFIED;
+  if (lower == "none") return v1::INPUT_TRUNCATION_NONE;
+  if (lower == "keep_start") return v1::INPUT_TRUNCATION_KEEP_START;
+  if (lower == "keep_end") return v1::INPUT_TRUNCATION_KEEP_END;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--truncate=", lower, ": expected none, keep_start or keep_end"));
+}
+
 absl::StatusOr<v1::Mode> ParseMode(std::string_view name) {
   std::string lower = absl::AsciiStrToLower(std::string(name));
   if (lower.empty()) return v1::MODE_UNSPECIFIED;

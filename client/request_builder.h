@@ -31,6 +31,8 @@ absl::StatusOr<std::map<std::string, std::string>> ParseFieldMappings(
 
 absl::StatusOr<v1::Alignment> ParseAlignment(std::string_view name);  // truncate|attention_mask|...
 absl::StatusOr<v1::Mode> ParseMode(std::string_view name);  // ""|structured|conventional|parallel
+// ""|none|keep_start|keep_end (--truncate).
+absl::StatusOr<v1::InputTruncation> ParseTruncation(std::string_view name);
 
 // How records become Demonstrations / Inputs.
 struct FieldOptions {

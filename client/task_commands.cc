@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/dry_run.h"
 #include "client/example_reader.h"
 #include "client/flags.h"
 #include "client/progress.h"
@@ -165,6 +166,9 @@ int RunCreate(const CliContext& cli) {
   } else if (!long_policy.empty()) {
     return ReportUsageError(cmd, "--long_demonstrations: expected reject or truncate");
   }
+  auto truncation = ParseTruncation(absl::GetFlag(FLAGS_truncate));
+  if (!truncation.ok()) return ReportUsageError(cmd, std::string(truncation.status().message()));
+  spec.set_input_truncation(*truncation);
   spec.set_calibrate(absl::GetFlag(FLAGS_calibrate));
   spec.set_max_query_tokens(absl::GetFlag(FLAGS_max_query_tokens));
   spec.set_max_answer_tokens(absl::GetFlag(FLAGS_max_answer_tokens));
@@ -182,6 +186,12 @@ int RunCreate(const CliContext& cli) {
   auto demonstrations = BuildDemonstrations(*records, options, path);
   if (!demonstrations.ok()) {
     return ReportUsageError(cmd, std::string(demonstrations.status().message()));
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    if (absl::Status s = PrintDryRun(spec, *demonstrations, stdout); !s.ok()) {
+      return ReportUsageError(cmd, std::string(s.message()));
+    }
+    return 0;
   }
   std::vector<v1::CreateTaskRequest> requests = ChunkCreateTaskRequests(
       task_id, spec, absl::GetFlag(FLAGS_replace), *demonstrations, static_cast<size_t>(chunk));

@@ -124,6 +124,8 @@ class CommandsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_chunk, 1000);
     absl::SetFlag(&FLAGS_batch, 32);
     absl::SetFlag(&FLAGS_beam_width, 0u);
+    absl::SetFlag(&FLAGS_dry_run, false);
+    absl::SetFlag(&FLAGS_truncate, "");
   }
   std::string Write(const std::string& name, const std::string& content) {
     std::string path = (dir_ / name).string();
@@ -164,6 +166,63 @@ TEST_F(CommandsTest, CreateStreamsChunksAndPrintsTheResult) {
   EXPECT_EQ(service_.create_requests[2].demonstrations_size(), 5);
   EXPECT_THAT(out, HasSubstr("created sst2 (25 demonstrations in 3 messages)"));
   EXPECT_THAT(err, HasSubstr("2/2 groups"));  // the progress display
+}
+
+TEST_F(CommandsTest, CreateDryRunPrintsThePromptAndSendsNothing) {
+  absl::SetFlag(&FLAGS_file, Write("train.tsv",
+                                   "text\tlabel\na good film\t1\na dull film\t0\nfine\t1\n"
+                                   "fourth\t0\n"));
+  absl::SetFlag(&FLAGS_template, "Review: {text}\\nSentiment:");
+  absl::SetFlag(&FLAGS_label_map, "0=negative,1=positive");
+  absl::SetFlag(&FLAGS_labels, {"negative", "positive"});
+  absl::SetFlag(&FLAGS_dry_run, true);
+  cli_.args = {"sst2"};
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = RunCreate(cli_);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(code, 0) << err;
+  // The first three demonstrations (input template, " {label}", "\n\n"), then a query.
+  EXPECT_THAT(out, HasSubstr("Review: a good film\nSentiment: positive\n\n"
+                             "Review: a dull film\nSentiment: negative\n\n"
+                             "Review: fine\nSentiment: positive\n\n"
+                             "Review: a good film\nSentiment:\n"));
+  EXPECT_THAT(out, HasSubstr("first 3 of 4 demonstrations"));
+  EXPECT_EQ(out.find("fourth"), std::string::npos);
+  EXPECT_TRUE(service_.create_requests.empty());
+}
+
+TEST_F(CommandsTest, TruncateSetsTheTaskDefaultAndTheRequestOption) {
+  // Runs `command` with stdout and stderr captured; returns its exit code, stderr in `err`.
+  const auto run = [this](int (*command)(const CliContext&), std::string* err) {
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    const int code = command(cli_);
+    ::testing::internal::GetCapturedStdout();
+    *err = ::testing::internal::GetCapturedStderr();
+    return code;
+  };
+  std::string err;
+  absl::SetFlag(&FLAGS_file, Write("train.tsv", "text\tlabel\na good film\t1\n"));
+  absl::SetFlag(&FLAGS_template, "{text}");
+  absl::SetFlag(&FLAGS_label_map, "1=positive");
+  absl::SetFlag(&FLAGS_truncate, "keep_end");
+  cli_.args = {"t"};
+  ASSERT_EQ(run(RunCreate, &err), 0) << err;
+  ASSERT_EQ(service_.create_requests.size(), 1u);
+  EXPECT_EQ(service_.create_requests[0].spec().input_truncation(), v1::INPUT_TRUNCATION_KEEP_END);
+
+  absl::SetFlag(&FLAGS_file, "");
+  cli_.repeated["input"] = {"a good film"};
+  absl::SetFlag(&FLAGS_truncate, "KEEP_START");
+  ASSERT_EQ(run(RunClassify, &err), 0) << err;
+  ASSERT_EQ(service_.classify_requests.size(), 1u);
+  EXPECT_EQ(service_.classify_requests[0].options().truncation(), v1::INPUT_TRUNCATION_KEEP_START);
+
+  absl::SetFlag(&FLAGS_truncate, "middle");
+  EXPECT_EQ(run(RunClassify, &err), 2);
+  EXPECT_THAT(err, HasSubstr("--truncate=middle: expected none, keep_start or keep_end"));
 }
 
 TEST_F(CommandsTest, CreateUsageErrorsNameFileAndLine) {
