@@ -397,8 +397,13 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
   for (const std::string& label : dataset.labels) spec.add_labels(label);
   if (plan.answer_template.has_value()) spec.set_answer_template(*plan.answer_template);
   if (plan.separator.has_value()) spec.set_separator(*plan.separator);
-  spec.set_max_query_tokens(plan.max_query_tokens != 0 ? plan.max_query_tokens
-                                                       : dataset.max_query_tokens);
+  // A fixed room unless the plan or the preset says otherwise: the room comes out of the group
+  // length, so a server's defaults (derived from its model's context) would change the results.
+  const uint32_t query_room = plan.max_query_tokens != 0      ? plan.max_query_tokens
+                              : dataset.max_query_tokens != 0 ? dataset.max_query_tokens
+                                                              : kEvalQueryRoom;
+  spec.set_max_query_tokens(query_room);
+  spec.set_max_answer_tokens(kEvalAnswerRoom);
   // A demonstration longer than a group (T5: a segment) keeps its end rather than failing the task.
   spec.set_long_demonstrations(v1::LONG_DEMONSTRATION_POLICY_TRUNCATE);
   if (!encoder_decoder) {

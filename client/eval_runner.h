@@ -54,6 +54,12 @@ struct EvalPlan {
   std::string task_prefix;  // unique task names start with it; empty: "eval-<pid>-<random>"
 };
 
+// The room an evaluation's tasks reserve for a test input (unless --max_query_tokens or the
+// preset says otherwise) and for an answer: the same on every server, so that results do not
+// depend on a server's defaults.
+inline constexpr uint32_t kEvalQueryRoom = 128;
+inline constexpr uint32_t kEvalAnswerRoom = 32;
+
 // One (mode, shots) cell.
 struct EvalCell {
   v1::Mode mode = v1::MODE_STRUCTURED;

@@ -221,5 +221,37 @@ TEST(EvalPlotTest, WritesAPngOfTheDocumentedSizeWithTheModesDrawn) {
   EXPECT_THAT(bad.message(), HasSubstr("/nonexistent/dir/plot.png"));
 }
 
+TEST(EvalPlotTest, MarksTheMajorityClassAndWhereTheConventionalWindowFilled) {
+  EvalReport report = SampleReport();
+  EvalPlotMarks marks = PlotMarksOf(report);
+  ASSERT_TRUE(marks.majority.has_value());
+  EXPECT_DOUBLE_EQ(*marks.majority, 0.55);
+  EXPECT_FALSE(marks.window_full_shots.has_value());  // conventional used every shot
+  report.cells[3].used = {40, 41};                    // 64 shots, a window of about 40
+  marks = PlotMarksOf(report);
+  ASSERT_TRUE(marks.window_full_shots.has_value());
+  EXPECT_EQ(*marks.window_full_shots, 64);
+  report.generation = true;  // exact match has no majority class
+  EXPECT_FALSE(PlotMarksOf(report).majority.has_value());
+
+  // Both marks are drawn: the image differs from one without them.
+  const auto png = [](const EvalReport& r) {
+    const fs::path path =
+        fs::temp_directory_path() / ("eval_marks_" + std::to_string(getpid()) + ".png");
+    EXPECT_TRUE(WriteEvalPlot(r, path.string()).ok());
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fs::remove(path);
+    return bytes;
+  };
+  EvalReport plain = SampleReport();
+  plain.majority_rate = 0;
+  EvalReport with_majority = SampleReport();
+  EvalReport with_window = plain;
+  with_window.cells[3].used = {40, 41};
+  EXPECT_NE(png(plain), png(with_majority));
+  EXPECT_NE(png(plain), png(with_window));
+}
+
 }  // namespace
 }  // namespace manyshot::client
