@@ -324,6 +324,12 @@ def test_against_server(mc, server):
                                timeout=120)
     check(len(parallel) == 1, "one input, one result")
     check_classification(parallel[0], 0, "classify(mode=parallel)")
+    # An input longer than the task's room: refused, or cut when the request asks for it.
+    long_input = " ".join(["word"] * 2000)
+    expect_error(mc.InvalidArgumentError, "INVALID_ARGUMENT", client.classify, "sst2", long_input)
+    cut = client.classify("sst2", long_input, truncation="keep_end")[0]
+    check(cut.truncated_tokens > 0, f"truncated_tokens {cut.truncated_tokens}")
+    check(results[0].truncated_tokens == 0, "a short input is not cut")
     expect_error(mc.ConfigurationError, None, client.classify, "sst2", "x", mode="sideways")
     expect_error(mc.ConfigurationError, None, client.classify, "sst2", "x", no_such_option=1)
     print("classify: ok")

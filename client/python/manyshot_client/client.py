@@ -399,7 +399,8 @@ class Client:
 
         inputs: one input or an iterable of them: str, a mapping of placeholder -> value, a
             mapping {"text": ..., "fields": {...}}, or manyshot_pb2.Input.
-        options: QueryOptions fields, e.g. mode="parallel", rescale_factor=2.0.
+        options: QueryOptions fields, e.g. mode="parallel", rescale_factor=2.0,
+            truncation="keep_end" (cut an input longer than the task's room instead of failing).
 
         Returns one Classification per input, in input order.
         """

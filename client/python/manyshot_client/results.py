@@ -166,6 +166,7 @@ class Classification:
     scores: every label's LabelScore, in label-index order.
     index: the input's position in the request (classify) or in the input stream
         (stream_classify).
+    truncated_tokens: tokens the input's truncation removed to fit the task's room (0: none).
     """
     label: str
     label_index: int
@@ -174,6 +175,7 @@ class Classification:
     scores: List[LabelScore]
     raw_label_index: int
     input_tokens: int
+    truncated_tokens: int
     index: int
     raw: Any = _raw()
 
@@ -211,9 +213,11 @@ class CandidateScore:
 
 @dataclass
 class ScoreResult:
-    """The candidates of one Score item, in the given order; best_index is the winner's."""
+    """The candidates of one Score item, in the given order; best_index is the winner's.
+    truncated_tokens: tokens the input's truncation removed to fit the task's room (0: none)."""
     candidates: List[CandidateScore]
     best_index: int
+    truncated_tokens: int
     raw: Any = _raw()
 
     @property
@@ -243,12 +247,13 @@ class GeneratedToken:
 @dataclass
 class Generation:
     """Generate's result. finish_reason: EOS, STOP_STRING or MAX_TOKENS. tokens: the streamed
-    tokens as they arrived."""
+    tokens as they arrived. truncated_input_tokens: tokens the input's truncation removed."""
     text: str
     token_ids: List[int]
     finish_reason: str
     sum_logprob: float
     score: float
+    truncated_input_tokens: int
     tokens: List[GeneratedToken]
     raw: Any = _raw()
 
