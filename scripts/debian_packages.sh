@@ -20,6 +20,8 @@ build=(
   golang-github-gogo-googleapis-dev
   # cairo: the PNG plot of `manyshot eval --plot`
   libcairo2-dev
+  # scripts/demo.sh (the README's command (1)) reads the server's /metrics with it
+  curl
 )
 runtime=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 libssl3

@@ -59,8 +59,11 @@ echo "== manyshot get sst2-demo"
 echo "== manyshot info"
 "$CLI" info
 echo "== /metrics (manyshot_requests_total, manyshot_cache_*, manyshot_inputs_classified_total)"
-curl -sf http://127.0.0.1:9464/metrics |
-  grep -E '^(manyshot_requests_total|manyshot_cache_|manyshot_inputs_classified_total)' || true
+if ! metrics=$(curl -sf http://127.0.0.1:9464/metrics); then
+  echo "demo: the metrics port did not answer /metrics" >&2
+  exit 1
+fi
+grep -E '^(manyshot_requests_total|manyshot_cache_|manyshot_inputs_classified_total)' <<<"$metrics"
 
 kill -TERM "$server_pid"
 status=0
