@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <type_traits>
@@ -366,7 +367,7 @@ void Backend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout,
       });
 }
 
-void Backend::Rope(const Tensor& x, const Tensor& positions, float theta) {
+void Backend::Rope(const Tensor& x, const Tensor& positions, const RopeTable& table) {
   Dispatch(
       "Rope",
       [&](Checker& c) {
@@ -376,8 +377,14 @@ void Backend::Rope(const Tensor& x, const Tensor& positions, float theta) {
         if (!c.status().ok()) return;
         c.That(positions.dim(0) == x.dim(0), "one position per row of x");
         c.That(x.dim(2) % 2 == 0, "head_dim must be even");
+        c.That(static_cast<int64_t>(table.inv_freq.size()) == x.dim(2) / 2, [&] {
+          return absl::StrCat("the RoPE table has ", table.inv_freq.size(),
+                              " frequencies, head_dim ", x.dim(2), " needs ", x.dim(2) / 2);
+        });
+        c.That(std::isfinite(table.attention_factor) && table.attention_factor > 0,
+               "the RoPE attention factor must be positive and finite");
       },
-      [&] { return x.numel() == 0 ? absl::OkStatus() : RopeImpl(x, positions, theta); });
+      [&] { return x.numel() == 0 ? absl::OkStatus() : RopeImpl(x, positions, table); });
 }
 
 void Backend::GeluTanh(const Tensor& x) {

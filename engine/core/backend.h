@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/core/rope_table.h"
 #include "engine/core/tensor.h"
 
 namespace manyshot {
@@ -181,8 +182,9 @@ class Backend {
   // weight in x's dtype or a supported weight dtype (SupportsWeightDType).
   void Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
               const Tensor& out);
-  // Rotate-half RoPE in place on x [T, heads, head_dim] at positions (kI32 [T]).
-  void Rope(const Tensor& x, const Tensor& positions, float theta);
+  // Rotate-half RoPE in place on x [T, heads, head_dim] at positions (kI32 [T]): pair i turns by
+  // positions[t] * table.inv_freq[i] (head_dim / 2 values), cos/sin times table.attention_factor.
+  void Rope(const Tensor& x, const Tensor& positions, const RopeTable& table);
   void GeluTanh(const Tensor& x);  // in place
   // out = silu(gate) * up where gate_up [T, 2I] holds gate in columns [0, I) and up in [I, 2I).
   void SwiGlu(const Tensor& gate_up, const Tensor& out);
@@ -235,7 +237,8 @@ class Backend {
                                      float eps, const Tensor& out) = 0;
   virtual absl::Status LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
                                   const Tensor& bias, const Tensor& out) = 0;
-  virtual absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) = 0;
+  virtual absl::Status RopeImpl(const Tensor& x, const Tensor& positions,
+                                const RopeTable& table) = 0;
   virtual absl::Status GeluTanhImpl(const Tensor& x) = 0;
   virtual absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
   virtual absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) = 0;

@@ -285,25 +285,24 @@ absl::Status CpuBackend::LinearImpl(const Tensor& x, const Tensor& weight, Weigh
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RopeImpl(const Tensor& x, const Tensor& position_tensor, float theta) {
+absl::Status CpuBackend::RopeImpl(const Tensor& x, const Tensor& position_tensor,
+                                  const RopeTable& table) {
   if (auto st = RequireF32("Rope", {&x}); !st.ok()) return st;
   const int32_t* positions = position_tensor.data<int32_t>();
   const int64_t tokens = x.dim(0);
   const int64_t heads = x.dim(1);
   const int64_t dim = x.dim(2);
   const int64_t half = dim / 2;
-  // inv_freq[i] = theta^(-2i/dim), computed in double as the reference does, then rounded.
-  std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / dim);
-  }
+  const std::vector<double>& inv_freq = table.inv_freq;
+  // The factor multiplies cos/sin in double before the rounding: exact (a no-op) when it is 1.
+  const double scale = table.attention_factor;
   ParallelRows(*pool_, tokens, heads * dim, [&](int64_t b, int64_t e) {
     std::vector<float> cos_v(half), sin_v(half);
     for (int64_t t = b; t < e; ++t) {
       for (int64_t i = 0; i < half; ++i) {
         double angle = static_cast<double>(positions[t]) * inv_freq[i];
-        cos_v[i] = static_cast<float>(std::cos(angle));
-        sin_v[i] = static_cast<float>(std::sin(angle));
+        cos_v[i] = static_cast<float>(std::cos(angle) * scale);
+        sin_v[i] = static_cast<float>(std::sin(angle) * scale);
       }
       for (int64_t h = 0; h < heads; ++h) {
         float* v = x.data<float>() + (t * heads + h) * dim;

@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
                              const Tensor& out) override;
   absl::Status LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
                           const Tensor& bias, const Tensor& out) override;
-  absl::Status RopeImpl(const Tensor& x, const Tensor& positions, float theta) override;
+  absl::Status RopeImpl(const Tensor& x, const Tensor& positions, const RopeTable& table) override;
   absl::Status GeluTanhImpl(const Tensor& x) override;
   absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
   absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;  // cpu_glu_relu.cc

@@ -475,12 +475,12 @@ absl::Status CudaBackend::LinearImpl(const Tensor& x, const Tensor& weight, Weig
                                       ElemTypeOf(bias.dtype()), rows, out_features, state->stream));
 }
 
-absl::Status CudaBackend::RopeImpl(const Tensor& x, const Tensor& positions, float theta) {
+absl::Status CudaBackend::RopeImpl(const Tensor& x, const Tensor& positions,
+                                   const RopeTable& table) {
   const int64_t tokens = x.dim(0);
   const int64_t heads = x.dim(1);
   const int64_t dim = x.dim(2);
-  const int64_t half = dim / 2;
-  if (half > cuda::kMaxRopeHalf) {
+  if (dim / 2 > cuda::kMaxRopeHalf) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda Rope: head_dim ", dim, " exceeds ", 2 * cuda::kMaxRopeHalf));
   }
@@ -489,13 +489,9 @@ absl::Status CudaBackend::RopeImpl(const Tensor& x, const Tensor& positions, flo
         absl::StrCat("cuda Rope: ", heads, " heads of ", dim, " exceed 2^31 elements per row"));
   }
   MANYSHOT_CUDA_STATE(state);
-  // theta^(-2i/dim) in double, as the CPU reference computes it.
-  double inv_freq[cuda::kMaxRopeHalf];
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / dim);
-  }
   return Launched("Rope", cuda::LaunchRope(x.raw(), ElemTypeOf(x.dtype()), tokens, heads, dim,
-                                           positions.data<int32_t>(), inv_freq, state->stream));
+                                           positions.data<int32_t>(), table.inv_freq.data(),
+                                           table.attention_factor, state->stream));
 }
 
 absl::Status CudaBackend::GeluTanhImpl(const Tensor& x) {

@@ -283,9 +283,11 @@ int NormThreads(int64_t items, int v) {
 
 // ---- RoPE ----
 
-// Passed by value as a kernel parameter (2 KiB, under the 4 KiB parameter limit): no upload.
+// Passed by value as a kernel parameter (2 KiB and the factor, under the 4 KiB parameter limit):
+// no upload.
 struct RopeFreqs {
   double inv_freq[kMaxRopeHalf];
+  double attention_factor;  // multiplies cos/sin before the rounding (exact when 1)
 };
 
 // One block per token (strided over the grid): the block first evaluates the token's cos/sin
@@ -305,8 +307,8 @@ __global__ void RopeKernel(T* x, int64_t tokens, int heads, int dim, const int32
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
       double s, c;
       sincos(pos * freqs.inv_freq[i], &s, &c);
-      cos_s[i] = static_cast<float>(c);
-      sin_s[i] = static_cast<float>(s);
+      cos_s[i] = static_cast<float>(c * freqs.attention_factor);
+      sin_s[i] = static_cast<float>(s * freqs.attention_factor);
     }
     __syncthreads();
     T* row = x + t * static_cast<int64_t>(heads) * dim;
@@ -609,7 +611,8 @@ cudaError_t LaunchLayerNorm(const void* x, const void* weight, const void* bias,
 }
 
 cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, int64_t head_dim,
-                       const int32_t* positions, const double* inv_freq, cudaStream_t stream) {
+                       const int32_t* positions, const double* inv_freq, double attention_factor,
+                       cudaStream_t stream) {
   if (tokens < 0 || heads < 0 || head_dim < 0 || head_dim % 2 != 0 || head_dim / 2 > kMaxRopeHalf ||
       heads * head_dim > std::numeric_limits<int32_t>::max()) {
     return cudaErrorInvalidValue;
@@ -617,6 +620,7 @@ cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, in
   if (tokens == 0 || heads == 0 || head_dim == 0) return cudaSuccess;
   RopeFreqs freqs{};
   for (int64_t i = 0; i < head_dim / 2; ++i) freqs.inv_freq[i] = inv_freq[i];
+  freqs.attention_factor = attention_factor;
   const int threads = 128;
   const int blocks = BlocksFor(tokens, 1, kMaxRowBlocks);
   const int64_t half = head_dim / 2;

@@ -48,11 +48,13 @@ cudaError_t LaunchLayerNorm(const void* x, const void* weight, const void* bias,
                             ElemType type, int64_t rows, int64_t n, float eps, cudaStream_t stream);
 
 // Rotate-half RoPE in place on x [tokens, heads, head_dim]; inv_freq: head_dim / 2 host values
-// (theta^(-2i/head_dim), computed in double by the caller), at most kMaxRopeHalf. The angle
-// pos * inv_freq[i] and its cos/sin are evaluated in double, then rounded to f32.
+// (the model's RopeTable: theta^(-2i/head_dim), or a scaled table), at most kMaxRopeHalf. The
+// angle pos * inv_freq[i] and its cos/sin are evaluated in double, multiplied by
+// attention_factor (YaRN's; 1 otherwise), then rounded to f32.
 constexpr int kMaxRopeHalf = 256;
 cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, int64_t head_dim,
-                       const int32_t* positions, const double* inv_freq, cudaStream_t stream);
+                       const int32_t* positions, const double* inv_freq, double attention_factor,
+                       cudaStream_t stream);
 
 // x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in place.
 cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t stream);

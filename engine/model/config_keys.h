@@ -35,6 +35,9 @@ class KeyReader {
 
   const std::string& file() const { return file_; }
 
+  // The value of a key Has() reports (for nested objects such as "rope_scaling").
+  const Json& Value(absl::string_view key) const { return obj_.at(key); }
+
   bool Has(absl::string_view key) const {
     auto it = obj_.find(key);
     return it != obj_.end() && !it->is_null();

@@ -29,10 +29,6 @@ using config_keys::KeyReader;
 using config_keys::ShortestDecimal;
 
 absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
-  if (r.Has("rope_scaling")) {
-    return absl::UnimplementedError(
-        absl::StrCat(r.file(), ": key \"rope_scaling\" is set; RoPE scaling is not supported"));
-  }
   c.architecture = Architecture::kLlama;
   MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
   MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
@@ -65,6 +61,7 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   }
   // RoPE rotate-half pairs dimension i with i + head_dim/2.
   if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for RoPE");
+  MANYSHOT_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(r));
 
   if (c.model_type == "qwen2") {
     // Qwen2 always has q/k/v bias and never an o_proj bias; the config has no key for it.
@@ -187,7 +184,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["rms_norm_eps"] = ShortestDecimal(c.norm_eps);
     j["rope_theta"] = ShortestDecimal(c.rope_theta);
-    j["rope_scaling"] = nullptr;
+    RopeScalingToJson(c.rope_scaling, j);
     j["hidden_act"] = "silu";
     j["tie_word_embeddings"] = c.tie_word_embeddings;
     if (mt != "qwen2") {

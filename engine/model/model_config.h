@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/model/rope_scaling.h"
 
 namespace manyshot {
 
@@ -32,6 +33,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;  // GPT-2: n_positions
   float norm_eps = 1e-5f;               // rms_norm_eps (llama) or layer_norm_epsilon (gpt2)
   float rope_theta = 10000.0f;          // llama family only
+  RopeScaling rope_scaling;             // llama family: config "rope_scaling" (default: none)
   bool tie_word_embeddings = false;     // GPT-2 is always tied
   bool attention_bias = false;          // q/k/v bias (qwen2 always; llama "attention_bias")
   bool attention_out_bias = false;      // o_proj bias (llama "attention_bias" sets both)

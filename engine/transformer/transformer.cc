@@ -157,6 +157,10 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
   auto config = ParseModelConfig(model_dir / "config.json");
   if (!config.ok()) return config.status();
   model->config_ = *config;
+  if (TraitsOf(config->architecture).position == PositionKind::kRotary) {
+    model->rope_ = ComputeRopeTable(config->rope_scaling, config->rope_theta, config->head_dim,
+                                    config->max_position_embeddings);
+  }
   auto status = model->LoadWeights(model_dir);
   if (!status.ok()) return status;
   return model;
@@ -403,8 +407,8 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
     b.Linear(c.pre_norm ? h : x, w.qkv_w, layout, w.qkv_b, qkv);
     b.SplitQkv(qkv, q, k, v);
     if (traits.position == PositionKind::kRotary) {
-      b.Rope(q, pos_t, c.rope_theta);
-      b.Rope(k, pos_t, c.rope_theta);
+      b.Rope(q, pos_t, rope_);
+      b.Rope(k, pos_t, rope_);
     }
     for (size_t s = 0; s < sequences.size(); ++s) {
       const ForwardSequence& seq = sequences[s];

@@ -113,6 +113,7 @@ class Transformer {
   Tensor final_norm_w_, final_norm_b_;  // undefined for post-LN models
   Tensor lm_head_;                      // [V, H] (== embed_ when tied)
   Tensor alibi_slopes_;                 // f32 [heads] for ALiBi models, else undefined
+  RopeTable rope_;                      // RoPE models: from config_.rope_scaling, set at load
 };
 
 }  // namespace manyshot

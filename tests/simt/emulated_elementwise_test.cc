@@ -540,15 +540,18 @@ TEST(EmulatedElementwiseTest, RopeRotatesEveryHead) {
   struct Case {
     int64_t tokens, heads, head_dim;
     size_t off = 0;
+    double attention = 1.0;  // YaRN's factor on cos/sin (a scaled RopeTable)
   };
-  const Case cases[] = {{3, 2, 64}, {2, 3, 24}, {2, 2, 12}, {2, 1, 512}, {3, 2, 64, 1}};
+  const Case cases[] = {{3, 2, 64},        {2, 3, 24},    {2, 2, 12},
+                        {2, 1, 512},       {3, 2, 64, 1}, {3, 2, 64, 0, 1.1386294361119891},
+                        {2, 3, 24, 1, 0.7}};
   const std::vector<int32_t> all_positions = {0, 1, 5000, 123457};
   const double theta = 10000.0;
   for (ElemType t : kTypes) {
     for (const Case& c : cases) {
       SCOPED_TRACE(Name(t) + ", tokens " + std::to_string(c.tokens) + ", heads " +
                    std::to_string(c.heads) + ", head_dim " + std::to_string(c.head_dim) + ", off " +
-                   std::to_string(c.off));
+                   std::to_string(c.off) + ", attention " + std::to_string(c.attention));
       const int64_t half = c.head_dim / 2, row = c.heads * c.head_dim;
       // Exactly head_dim / 2 host values: the launcher reads no more.
       std::vector<double> inv_freq(static_cast<size_t>(half));
@@ -566,14 +569,14 @@ TEST(EmulatedElementwiseTest, RopeRotatesEveryHead) {
         const Buffer pos = Int32s(positions);
         ExpectLaunched(cuda::LaunchRope(x.p(), t, c.tokens, c.heads, c.head_dim,
                                         static_cast<const int32_t*>(pos.p), inv_freq.data(),
-                                        nullptr));
+                                        c.attention, nullptr));
         Misses miss("x");
         for (int64_t tok = 0; tok < c.tokens; ++tok) {
           for (int64_t i = 0; i < half; ++i) {
             const double angle = static_cast<double>(positions[static_cast<size_t>(tok)]) *
                                  inv_freq[static_cast<size_t>(i)];
-            const double co = static_cast<float>(std::cos(angle));
-            const double si = static_cast<float>(std::sin(angle));
+            const double co = static_cast<float>(std::cos(angle) * c.attention);
+            const double si = static_cast<float>(std::sin(angle) * c.attention);
             for (int64_t h = 0; h < c.heads; ++h) {
               const int64_t lo = tok * row + h * c.head_dim + i, hi = lo + half;
               const double a = xv[static_cast<size_t>(lo)], b = xv[static_cast<size_t>(hi)];
@@ -973,12 +976,13 @@ TEST(EmulatedElementwiseTest, EmptyAndInvalidProblemsLaunchNothing) {
   EXPECT_EQ(cuda::LaunchRmsNorm(q, q, p, kF32, -1, 4, 1e-5f, nullptr), kBad);
   EXPECT_EQ(cuda::LaunchLayerNorm(q, q, q, p, kF32, 0, 4, 1e-5f, nullptr), kOk);
   EXPECT_EQ(cuda::LaunchLayerNorm(q, q, q, p, kF32, 2, -4, 1e-5f, nullptr), kBad);
-  EXPECT_EQ(cuda::LaunchRope(p, kF32, 0, 1, 4, ids, inv_freq, nullptr), kOk);
-  EXPECT_EQ(cuda::LaunchRope(p, kF32, 1, 0, 4, ids, inv_freq, nullptr), kOk);
-  EXPECT_EQ(cuda::LaunchRope(p, kF32, 1, 1, 3, ids, inv_freq, nullptr), kBad);  // odd
-  EXPECT_EQ(cuda::LaunchRope(p, kF32, 1, 1, 2 * cuda::kMaxRopeHalf + 2, ids, inv_freq, nullptr),
-            kBad);
-  EXPECT_EQ(cuda::LaunchRope(p, kF32, -1, 1, 4, ids, inv_freq, nullptr), kBad);
+  EXPECT_EQ(cuda::LaunchRope(p, kF32, 0, 1, 4, ids, inv_freq, 1.0, nullptr), kOk);
+  EXPECT_EQ(cuda::LaunchRope(p, kF32, 1, 0, 4, ids, inv_freq, 1.0, nullptr), kOk);
+  EXPECT_EQ(cuda::LaunchRope(p, kF32, 1, 1, 3, ids, inv_freq, 1.0, nullptr), kBad);  // odd
+  EXPECT_EQ(
+      cuda::LaunchRope(p, kF32, 1, 1, 2 * cuda::kMaxRopeHalf + 2, ids, inv_freq, 1.0, nullptr),
+      kBad);
+  EXPECT_EQ(cuda::LaunchRope(p, kF32, -1, 1, 4, ids, inv_freq, 1.0, nullptr), kBad);
   EXPECT_EQ(cuda::LaunchGeluTanh(p, kF32, 0, nullptr), kOk);
   EXPECT_EQ(cuda::LaunchGeluTanh(p, kF32, -1, nullptr), kBad);
   EXPECT_EQ(cuda::LaunchSwiGlu(q, p, kF32, 0, 4, nullptr), kOk);
@@ -1014,8 +1018,8 @@ TEST(EmulatedElementwiseTest, AFailedLaunchIsReportedOnceByItsCaller) {
   const double inv_freq[4] = {1.0, 0.5, 0.25, 0.125};
   const size_t saved = simt::Props().max_param_bytes;
   simt::Props().max_param_bytes = 1024;
-  const cudaError_t refused =
-      cuda::LaunchRope(x.p(), kF32, 2, 1, 8, static_cast<const int32_t*>(pos.p), inv_freq, nullptr);
+  const cudaError_t refused = cuda::LaunchRope(
+      x.p(), kF32, 2, 1, 8, static_cast<const int32_t*>(pos.p), inv_freq, 1.0, nullptr);
   simt::Props().max_param_bytes = saved;
   EXPECT_EQ(refused, cudaErrorInvalidValue);
   for (int64_t i = 0; i < 16; ++i) EXPECT_TRUE(x.Untouched(i)) << i;

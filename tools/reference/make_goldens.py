@@ -68,6 +68,31 @@ MODELS = [
          intermediate_size=192, num_layers=3, num_heads=4, num_kv_heads=4,
          max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
          dtype="f16", shards=2, seed=9, rope_theta=10000.0, pre_norm=False),
+    # RoPE scaling (rope_scaling.py), one model per rope_type. head_dim 16 and these settings put
+    # pairs on every branch: llama3's high, medium and low frequencies; YaRN's ramp (pairs 0..4 of
+    # 8) and its attention factor; dynamic equals plain RoPE within max_position_embeddings.
+    dict(name="llama_rope_linear", family="llama", vocab_size=32000, hidden_size=64,
+         intermediate_size=160, num_layers=2, num_heads=4, num_kv_heads=4,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=False,
+         dtype="f32", shards=1, seed=10, rope_theta=10000.0,
+         rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    dict(name="mistral_rope_dynamic", family="mistral", vocab_size=32000, hidden_size=64,
+         intermediate_size=160, num_layers=2, num_heads=4, num_kv_heads=2,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=False,
+         dtype="f32", shards=1, seed=11, rope_theta=10000.0,
+         rope_scaling={"type": "dynamic", "factor": 2.0}),
+    dict(name="llama_rope_llama3", family="llama", vocab_size=32000, hidden_size=64,
+         intermediate_size=160, num_layers=2, num_heads=4, num_kv_heads=2,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=False,
+         dtype="f32", shards=1, seed=12, rope_theta=10000.0,
+         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 256}),
+    dict(name="qwen2_rope_yarn", family="qwen2", vocab_size=32000, hidden_size=64,
+         intermediate_size=160, num_layers=2, num_heads=4, num_kv_heads=2,
+         max_position_embeddings=2048, tie_word_embeddings=True, attention_bias=True,
+         dtype="f32", shards=1, seed=13, rope_theta=10000.0,
+         rope_scaling={"rope_type": "yarn", "factor": 8.0,
+                       "original_max_position_embeddings": 256}),
 ]
 
 # Token ids of each family's beginning of sequence (the tiny models' configs say the same).
@@ -76,7 +101,7 @@ BOS = {"gpt2": 50256, "opt": 2}
 SPEC_KEYS = ["family", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
              "num_kv_heads", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
              "dtype", "shards", "seed", "rope_theta"]
-OPTIONAL_SPEC_KEYS = ["pre_norm"]  # recorded only where a model sets them
+OPTIONAL_SPEC_KEYS = ["pre_norm", "rope_scaling"]  # recorded only where a model sets them
 
 
 def spec_json(spec):
@@ -97,6 +122,17 @@ def binary_args(spec, out_dir, tokenizer_dir):
         f"--attention_bias={b(spec['attention_bias'])}", f"--dtype={spec['dtype']}",
         f"--shards={spec['shards']}", f"--rope_theta={spec['rope_theta']!r}",
     ] + ([f"--pre_norm={b(spec['pre_norm'])}"] if "pre_norm" in spec else [])
+
+
+def add_rope_scaling(model_dir, rope_scaling):
+    """Sets config.json's rope_scaling as a checkpoint's would (the weights do not depend on it;
+    tests/engine/support/golden_models.cc does the same)."""
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["rope_scaling"] = rope_scaling
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
 
 
 def make_cases(spec, bos):
@@ -164,6 +200,8 @@ def main():
             model_dir = os.path.join(tmp, spec["name"])
             tok = args.gpt2_tokenizer_dir if spec["family"] == "gpt2" else args.llama_tokenizer_dir
             subprocess.run([args.binary] + binary_args(spec, model_dir, tok), check=True)
+            if "rope_scaling" in spec:
+                add_rope_scaling(model_dir, spec["rope_scaling"])
             model = reference.load_model(model_dir)
         bos = BOS.get(spec["family"], 1)
 

@@ -13,6 +13,9 @@ only enter through RoPE (llama family), the learned position table (GPT-2; OPT's
 BLOOM's ALiBi bias (slope * key position, as HF's build_alibi_tensor; HF derives the key positions
 from the attention mask, here they are the given position ids).
 
+RoPE honours config.json rope_scaling (linear, dynamic, llama3, yarn) with the float32 tables
+rope_scaling.py computes as transformers does; without it the table stays float64.
+
 BloomModel and OptModel also expose final_hidden(tokens, positions, bias) with an explicit [T, T]
 additive attention bias, which structured.py uses.
 
@@ -25,6 +28,8 @@ import os
 import struct
 
 import numpy as np
+
+import rope_scaling
 
 _DTYPES = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (None, 2)}
 
@@ -107,8 +112,8 @@ class LlamaModel:
         self.hd = config.get("head_dim") or self.hidden // self.nh
         self.eps = float(config["rms_norm_eps"])
         self.theta = float(config.get("rope_theta", 10000.0))
-        if config.get("rope_scaling"):
-            raise NotImplementedError("rope_scaling")
+        # rope_scaling (rope_scaling.py): HF's float32 table and YaRN's factor on cos/sin.
+        self.scaled_rope = rope_scaling.rope_parameters(config, self.hd)
         self.layers = config["num_hidden_layers"]
         self.lm_head = tensors.get("lm_head.weight")
         if self.lm_head is None or config.get("tie_word_embeddings", False):
@@ -126,10 +131,13 @@ class LlamaModel:
         """x: [T, heads, d]. Rotate-half layout: dim i pairs with dim i + d/2."""
         d = self.hd
         inv_freq = 1.0 / (self.theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        attention = 1.0
+        if self.scaled_rope is not None:
+            inv_freq, attention = self.scaled_rope
         freqs = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
         emb = np.concatenate([freqs, freqs], axis=-1)  # [T, d]
-        cos = np.cos(emb)[:, None, :]
-        sin = np.sin(emb)[:, None, :]
+        cos = np.cos(emb)[:, None, :] * attention
+        sin = np.sin(emb)[:, None, :] * attention
         x1, x2 = x[..., : d // 2], x[..., d // 2:]
         rotated = np.concatenate([-x2, x1], axis=-1)
         return x * cos + rotated * sin

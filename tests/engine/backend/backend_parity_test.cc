@@ -16,6 +16,7 @@
 
 #include "engine/backends/backend_factory.h"
 #include "engine/model/arch_traits.h"
+#include "engine/model/rope_scaling.h"
 #include "tests/engine/backend/backend_test_util.h"
 #include "tests/engine/support/golden_models.h"
 #include "tests/simt/simt.h"  // the emulator's knobs (simt-cuda)
@@ -226,9 +227,21 @@ TEST_P(BackendParityTest, RopeAndActivations) {
   for (auto& v : pos) v = p(rng_);
   Tensor xb = Upload(b(), x, dt(), {T, heads, D});
   Tensor xc = Upload(cpu(), x, DType::kF32, {T, heads, D});
-  b().Rope(xb, UploadInts(b(), pos), 10000.0f);
-  cpu().Rope(xc, UploadInts(cpu(), pos), 10000.0f);
+  b().Rope(xb, UploadInts(b(), pos), DefaultRopeTable(10000.0, D));
+  cpu().Rope(xc, UploadInts(cpu(), pos), DefaultRopeTable(10000.0, D));
   ExpectClose(xb, xc, "rope");
+  // A scaled table (YaRN: interpolated frequencies and an attention factor on cos/sin).
+  RopeScaling yarn;
+  yarn.type = RopeType::kYarn;
+  yarn.factor = 4.0;
+  yarn.original_max_position_embeddings = 2048;
+  const RopeTable scaled = ComputeRopeTable(yarn, 10000.0, D, 8192);
+  ASSERT_NE(scaled.attention_factor, 1.0);
+  Tensor sxb = Upload(b(), x, dt(), {T, heads, D});
+  Tensor sxc = Upload(cpu(), x, DType::kF32, {T, heads, D});
+  b().Rope(sxb, UploadInts(b(), pos), scaled);
+  cpu().Rope(sxc, UploadInts(cpu(), pos), scaled);
+  ExpectClose(sxb, sxc, "rope_yarn");
 
   const int64_t I = 300;
   const auto gu = Values(T * 2 * I, 4.0f);

@@ -57,8 +57,13 @@ TEST(BackendSeamTest, EveryFrontChecksDtypesDevicesAndIndexTensors) {
       {"RmsNorm", [&] { backend.RmsNorm(f, Tensor(), 1e-5f, f); }},  // undefined weight
       {"Rope",
        [&] {
-         backend.Rope(f, UploadInts(backend, {0, 1}), 1e4f);
-       }},                                                  // rank 2
+         backend.Rope(f, UploadInts(backend, {0, 1}), DefaultRopeTable(1e4, 4));
+       }},  // rank 2
+      {"RoPE table has 3 frequencies",
+       [&] {
+         backend.Rope(f.Reshape({6, 1, 4}), UploadInts(backend, {0, 1, 2, 3, 4, 5}),
+                      DefaultRopeTable(1e4, 6));
+       }},                                                  // head_dim 4 needs 2
       {"SwiGlu", [&] { backend.SwiGlu(f, f); }},            // [T, 2I] vs [T, I]
       {"Convert", [&] { backend.Convert(ids_f32, out); }},  // element counts differ
       {"Linear", [&] { backend.Linear(f, h, WeightLayout::kOutIn, Tensor(), out); }},

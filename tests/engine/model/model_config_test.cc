@@ -194,10 +194,12 @@ TEST_F(ModelConfigTest, MissingKeysAreNamed) {
   }
 }
 
-TEST_F(ModelConfigTest, RopeScalingIsUnimplemented) {
-  auto c = ParseLlamaWith("rope_scaling", {{"type", "linear"}, {"factor", 2.0}});
+// The supported types and every refusal: rope_scaling_test.cc.
+TEST_F(ModelConfigTest, AnUnknownRopeTypeIsUnimplemented) {
+  auto c = ParseLlamaWith("rope_scaling", {{"type", "longrope"}, {"factor", 2.0}});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(c.status().message(), HasSubstr("rope_scaling"));
+  EXPECT_THAT(c.status().message(), HasSubstr("\"longrope\""));
 }
 
 TEST_F(ModelConfigTest, InvalidValues) {

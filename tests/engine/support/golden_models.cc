@@ -21,6 +21,18 @@ DType ParseDType(const std::string& s) {
   return DType::kF32;
 }
 
+// Sets config.json's rope_scaling as a checkpoint's would (the weights do not depend on it; as
+// tools/reference/make_goldens.py does).
+void AddRopeScaling(const std::filesystem::path& config_json, const nlohmann::json& rope_scaling) {
+  nlohmann::ordered_json config;
+  {
+    std::ifstream in(config_json);
+    config = nlohmann::ordered_json::parse(in);
+  }
+  config["rope_scaling"] = rope_scaling;
+  std::ofstream(config_json) << config.dump(2) << "\n";
+}
+
 std::mutex& Mutex() {
   static std::mutex m;
   return m;
@@ -65,6 +77,7 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
     std::filesystem::create_directories(empty);
     auto status = WriteTinyModel(spec, empty, dir);
     EXPECT_TRUE(status.ok()) << status;
+    if (m.contains("rope_scaling")) AddRopeScaling(dir / "config.json", m["rope_scaling"]);
   }
   return dir;
 }
@@ -151,6 +164,12 @@ const Transformer& GoldenModelOn(const std::string& name, const std::string& bac
 std::vector<ModelOnBackend> GoldenModelsOn(const std::string& backend) {
   std::vector<ModelOnBackend> out;
   for (const char* name : kGoldenModels) out.push_back({name, backend});
+  return out;
+}
+
+std::vector<ModelOnBackend> RopeScaledModelsOn(const std::string& backend) {
+  std::vector<ModelOnBackend> out;
+  for (const char* name : kRopeScaledModels) out.push_back({name, backend});
   return out;
 }
 

@@ -65,6 +65,8 @@ inline void PrintTo(const ModelOnBackend& p, std::ostream* os) {
 }
 // Every golden family on `backend`, and test names "gpt2", "llama", ...
 std::vector<ModelOnBackend> GoldenModelsOn(const std::string& backend);
+// The RoPE-scaled golden models (kRopeScaledModels) on `backend`.
+std::vector<ModelOnBackend> RopeScaledModelsOn(const std::string& backend);
 std::string ModelOnBackendName(const ::testing::TestParamInfo<ModelOnBackend>& info);
 
 // Skips (reporting why) when the backend cannot run here; model() is the golden on it.
@@ -105,5 +107,10 @@ std::vector<Example> Sst2Demonstrations();
 inline const char* kGoldenModels[] = {"gpt2",         "llama", "llama_gqa_tied",
                                       "mistral",      "qwen2", "bloom",
                                       "bloom_heads6", "opt",   "opt_post_ln"};
+
+// Llama-family goldens with config.json rope_scaling, one per rope_type (make_goldens.py). Only
+// the forward goldens cover them: rope_scaling changes nothing but the RoPE table.
+inline const char* kRopeScaledModels[] = {"llama_rope_linear", "mistral_rope_dynamic",
+                                          "llama_rope_llama3", "qwen2_rope_yarn"};
 
 }  // namespace manyshot::testing

@@ -178,6 +178,13 @@ TEST_P(ForwardGoldenTest, RejectsBadIdsAndPositions) {
 }
 
 MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(ForwardGoldenTest);
+// The rope_scaling goldens, on every backend (Cuda-prefixed: the gpu label).
+INSTANTIATE_TEST_SUITE_P(RopeScaling, ForwardGoldenTest,
+                         ::testing::ValuesIn(RopeScaledModelsOn("cpu")), ModelOnBackendName);
+INSTANTIATE_TEST_SUITE_P(CudaRopeScaling, ForwardGoldenTest,
+                         ::testing::ValuesIn(RopeScaledModelsOn("cuda")), ModelOnBackendName);
+INSTANTIATE_TEST_SUITE_P(SimtCudaRopeScaling, ForwardGoldenTest,
+                         ::testing::ValuesIn(RopeScaledModelsOn("simt-cuda")), ModelOnBackendName);
 
 }  // namespace
 }  // namespace manyshot::testing
