@@ -1,5 +1,5 @@
 // manyshot-bench accuracy: the structured-prompting paper's accuracy-vs-shots protocol
-// (client/eval_runner.h, the same code as `manyshot eval`) on SST-2 (preset sst2_cbu), through
+// (client/eval/runner.h, the same code as `manyshot eval`) on SST-2 (preset sst2_cbu), through
 // gRPC against a manyshot-server this subcommand starts (the default model, random weights unless
 // its data directory holds another) or an already running one (--target=HOST:PORT).
 // The same-run reference is the majority-class rate of the test inputs used: a model that has not
@@ -14,9 +14,9 @@
 #include "bench/bench_server.h"
 #include "bench/sst2_data.h"
 #include "bench/subcommands.h"
-#include "client/eval_presets.h"
-#include "client/eval_report.h"
-#include "client/eval_runner.h"
+#include "client/eval/presets.h"
+#include "client/eval/report.h"
+#include "client/eval/runner.h"
 #include "grpcpp/create_channel.h"
 
 namespace manyshot::bench {

@@ -1,5 +1,5 @@
 // The `manyshot` subcommands. Each takes the shared context and returns an exit code:
-// 0 ok, 1 RPC error, 2 usage error.
+// 0 ok, 1 RPC error, 2 usage error. `eval` is in client/eval/command.h.
 #pragma once
 
 #include "client/cli_context.h"
@@ -15,7 +15,5 @@ int RunDelete(const CliContext& cli);
 int RunClassify(const CliContext& cli);
 int RunScore(const CliContext& cli);
 int RunGenerate(const CliContext& cli);
-// The paper's accuracy-vs-shots protocol (eval_runner.h); exit 130 when interrupted.
-int RunEval(const CliContext& cli);
 
 }  // namespace manyshot::client

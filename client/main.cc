@@ -14,6 +14,7 @@
 #include "client/command_help.h"
 #include "client/commands.h"
 #include "client/connection.h"
+#include "client/eval/command.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "manyshot-server address host:port");
 ABSL_FLAG(bool, json, false, "Print JSON instead of human-readable text");

@@ -18,8 +18,8 @@ build=(
   libxxhash-dev libssl-dev
   # the google.rpc error-model protos (status, error details), compiled by proto/CMakeLists.txt
   golang-github-gogo-googleapis-dev
-  # cairo: the PNG plot of `manyshot eval --plot`
-  libcairo2-dev
+  # cairo: the PNG plot of `manyshot eval --plot`; utf8proc: eval's Latin-1 dataset lines
+  libcairo2-dev libutf8proc-dev
   # scripts/demo.sh (the README's command (1)) reads the server's /metrics with it
   curl
 )
@@ -34,6 +34,8 @@ runtime=(
   # font alternatives, named here so the plots' text does not rest on that choice (without any
   # font, cairo falls back to its built-in stroked "twin" font)
   libcairo2 fonts-dejavu-core
+  # `manyshot eval` reads its datasets' Latin-1 lines with it
+  libutf8proc2
 )
 test=(
   clang-format libgtest-dev libgmock-dev

@@ -8,11 +8,11 @@
 #include <fstream>
 #include <set>
 
-#include "client/eval_dataset.h"
-#include "client/eval_plot.h"
-#include "client/eval_presets.h"
-#include "client/eval_report.h"
-#include "client/eval_runner.h"
+#include "client/eval/dataset.h"
+#include "client/eval/plot.h"
+#include "client/eval/presets.h"
+#include "client/eval/report.h"
+#include "client/eval/runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 """Which datasets of ../shared/datasets the ICL model trains on, and how they are read.
 
-The readers follow `manyshot eval`'s presets (client/eval_presets.cc, client/eval_dataset.cc):
+The readers follow `manyshot eval`'s presets (client/eval/presets.cc, client/eval/dataset.cc):
 label-first lines ("LABEL TEXT": split at the first space or tab, both sides stripped, a line that
 is not valid UTF-8 read as Latin-1), JSONL with named fields, the same raw label values, and the
 same held-out rule where a folder has no test file (every tenth example, the 10th, 20th, ...).

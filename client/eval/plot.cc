@@ -1,4 +1,4 @@
-#include "client/eval_plot.h"
+#include "client/eval/plot.h"
 
 #include <cairo.h>
 

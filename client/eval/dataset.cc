@@ -1,4 +1,4 @@
-#include "client/eval_dataset.h"
+#include "client/eval/dataset.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/utf8.h"
+#include "utf8proc.h"
 
 namespace manyshot::client {
 namespace {
@@ -31,12 +31,29 @@ std::string_view Strip(std::string_view text) {
   return std::string_view(stripped.data(), stripped.size());
 }
 
+bool IsUtf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  auto left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t code_point = 0;
+    const utf8proc_ssize_t used = utf8proc_iterate(bytes, left, &code_point);
+    if (used <= 0) return false;
+    bytes += used;
+    left -= used;
+  }
+  return true;
+}
+
 // harvardnlp's MR and Subj files are Latin-1 where they are not ASCII ("cr\xe8me"): a line that is
 // not valid UTF-8 is read as Latin-1, every byte one code point.
 std::string Latin1IfNotUtf8(std::string_view text) {
-  if (ValidateUtf8(text).ok()) return std::string(text);
+  if (IsUtf8(text)) return std::string(text);
   std::string out;
-  for (char c : text) AppendUtf8(static_cast<unsigned char>(c), out);
+  for (char c : text) {
+    utf8proc_uint8_t encoded[4];
+    const utf8proc_ssize_t size = utf8proc_encode_char(static_cast<unsigned char>(c), encoded);
+    out.append(reinterpret_cast<const char*>(encoded), static_cast<size_t>(size));
+  }
   return out;
 }
 

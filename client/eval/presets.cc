@@ -1,4 +1,4 @@
-#include "client/eval_presets.h"
+#include "client/eval/presets.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

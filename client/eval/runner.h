@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/cli_context.h"
-#include "client/eval_dataset.h"
+#include "client/eval/dataset.h"
 #include "manyshot/v1/manyshot.pb.h"
 
 namespace manyshot::client {

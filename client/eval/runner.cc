@@ -1,4 +1,4 @@
-#include "client/eval_runner.h"
+#include "client/eval/runner.h"
 
 #include <unistd.h>
 

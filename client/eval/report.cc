@@ -1,4 +1,4 @@
-#include "client/eval_report.h"
+#include "client/eval/report.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

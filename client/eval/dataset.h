@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/eval_presets.h"
+#include "client/eval/presets.h"
 #include "client/example_reader.h"
 #include "client/request_builder.h"
 #include "manyshot/v1/manyshot.pb.h"

@@ -1,11 +1,11 @@
 // Writing an evaluation's results: a text table for people, JSON for programs (deterministic:
 // the same plan against the same server and model gives byte-identical JSON), and the
-// accuracy-vs-shots plot (eval_plot.h).
+// accuracy-vs-shots plot (plot.h).
 #pragma once
 
 #include <string>
 
-#include "client/eval_runner.h"
+#include "client/eval/runner.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot::client {

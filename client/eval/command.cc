@@ -1,5 +1,5 @@
 // manyshot eval: the structured-prompting paper's protocol against a running server (see
-// eval_runner.h for the protocol, eval_presets.h for the datasets).
+// runner.h for the protocol, presets.h for the datasets).
 #include <unistd.h>
 #include <cstdlib>
 
@@ -14,10 +14,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/commands.h"
-#include "client/eval_plot.h"
-#include "client/eval_report.h"
-#include "client/eval_runner.h"
+#include "client/eval/command.h"
+#include "client/eval/plot.h"
+#include "client/eval/report.h"
+#include "client/eval/runner.h"
 #include "client/flags.h"
 
 ABSL_FLAG(std::string, preset, "",

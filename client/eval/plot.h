@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "client/eval_runner.h"
+#include "client/eval/runner.h"
 
 namespace manyshot::client {
 
