@@ -25,7 +25,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The validator lives in tools/k8s_check (a tool an operator can run on any render).
+CHECKER_DIR = os.path.join(HERE, "..", "..", "..", "tools", "k8s_check")
+sys.path.insert(0, CHECKER_DIR)
 import k8s_check  # noqa: E402
 
 EXTERNAL_SECRETS = ["manyshot-tls", "manyshot-auth"]
@@ -302,7 +304,7 @@ def main():
             failures.append(message)
 
     # 1. Committed broken manifests through the command line.
-    script = os.path.join(HERE, "k8s_check.py")
+    script = os.path.join(CHECKER_DIR, "k8s_check.py")
     main_cc = os.path.join(args.repo, "server", "main.cc")
     for path in sorted(glob.glob(os.path.join(HERE, "broken", "*.yaml"))):
         with open(path, encoding="utf-8") as f:
