@@ -99,9 +99,10 @@ TEST_F(DeferredStreamsTest, StreamsAreIndependentAndFreesRunInStreamOrder) {
   EXPECT_EQ(cudaStreamDestroy(b), cudaSuccess);
 }
 
-// A kernel that faults is launched without error and reported by the next wait on its stream,
-// once.
-TEST_F(DeferredStreamsTest, AKernelsFailureIsReportedByTheNextWaitOnItsStream) {
+// A kernel that faults is launched without error and reported by the next wait on its stream;
+// the device is then dead, as a CUDA context is after a fault: every later call returns the
+// same error, work queued after the fault never runs, until a new process (ResetDevice).
+TEST_F(DeferredStreamsTest, AKernelsFaultIsReportedByTheNextWaitAndStaysSticky) {
   struct P {
     int x;
   };
@@ -112,14 +113,52 @@ TEST_F(DeferredStreamsTest, AKernelsFailureIsReportedByTheNextWaitOnItsStream) {
   };
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  unsigned char* after = DeviceBytes();
   P arg{1};
   void* args[] = {&arg};
   ASSERT_EQ(cudaLaunchKernel(faulting, dim3(1), dim3(32), args, 1024, s), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(after, 0, 16, s), cudaSuccess);  // queued behind the fault
   EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorLaunchFailure);
   EXPECT_NE(simt::LastLaunchError().find("ldmatrix"), std::string::npos) << simt::LastLaunchError();
+  EXPECT_EQ(after[0], 0xff) << "work queued after a fault ran";
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
-  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure) << "cudaGetLastError cleared a fault";
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  void* more = nullptr;
+  EXPECT_EQ(cudaMallocAsync(&more, 16, s), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaMemsetAsync(after, 0, 16, s), cudaErrorLaunchFailure);
+  simt::ResetDevice();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(after), cudaSuccess);
+}
+
+// An injected fault (InjectFaultAtNextLaunch, or SIMT_FAULT_FILE for a whole process) is an
+// illegal address, sticky like any other: the backend's and the server's fault handling is
+// tested with it.
+TEST_F(DeferredStreamsTest, AnInjectedFaultIsAnIllegalAddressAndSticky) {
+  struct P {
+    int* out;
+  };
+  static void (*store)(P) = [](P p) { p.out[threadIdx.x] = 1; };
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  unsigned char* out = DeviceBytes();
+  P arg{reinterpret_cast<int*>(out)};
+  void* args[] = {&arg};
+  simt::InjectFaultAtNextLaunch();
+  ASSERT_EQ(cudaLaunchKernel(store, dim3(1), dim3(4), args, 0, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+  EXPECT_EQ(out[0], 0xff) << "the faulting kernel ran";
+  EXPECT_EQ(cudaLaunchKernel(store, dim3(1), dim3(4), args, 0, s), cudaErrorIllegalAddress);
+  EXPECT_EQ(simt::StickyError(), cudaErrorIllegalAddress);
+  simt::ResetDevice();
+  ASSERT_EQ(cudaLaunchKernel(store, dim3(1), dim3(4), args, 0, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
 }
 
 }  // namespace

@@ -77,6 +77,40 @@ cudaError_t Record(cudaError_t err) {
   return err;
 }
 
+namespace {
+
+std::atomic<cudaError_t> g_sticky{cudaSuccess};
+std::atomic<bool> g_fault_at_next_launch{false};
+thread_local cudaError_t t_work_error = cudaSuccess;
+
+// The device is dead from here on (the first fault is the one every call reports).
+cudaError_t MakeSticky(cudaError_t err) {
+  cudaError_t none = cudaSuccess;
+  g_sticky.compare_exchange_strong(none, err);
+  return Record(g_sticky.load());
+}
+
+// The error of work that just failed on this thread (SetWorkError, else a launch failure).
+cudaError_t TakeWorkError() {
+  const cudaError_t err = t_work_error != cudaSuccess ? t_work_error : cudaErrorLaunchFailure;
+  t_work_error = cudaSuccess;
+  return err;
+}
+
+}  // namespace
+
+cudaError_t StickyError() { return g_sticky.load(); }
+
+void SetWorkError(cudaError_t err) { t_work_error = err; }
+
+void InjectFaultAtNextLaunch() { g_fault_at_next_launch = true; }
+
+bool TakeInjectedFault() {
+  if (g_fault_at_next_launch.exchange(false)) return true;
+  static const char* file = std::getenv("SIMT_FAULT_FILE");
+  return file != nullptr && *file != '\0' && access(file, F_OK) == 0;
+}
+
 size_t MaxDynamicSmem(const void* fn) {
   std::lock_guard<std::mutex> lock(g_mu);
   const auto it = SmemLimits().find(fn);
@@ -154,11 +188,10 @@ bool IsPinnedRange(const void* p, size_t bytes) {
 }  // namespace
 }  // namespace simt
 
-// A stream: its queued work (deferred streams only) and the first failure of work that ran.
+// A stream: its queued work (deferred streams only).
 struct CUstream_st {
   std::mutex running;  // held while its work runs, so two waiting threads keep its order
   std::deque<std::function<std::string()>> queue;  // under simt::g_streams_mu
-  std::string failure;                             // under `running`
 };
 
 namespace simt {
@@ -185,24 +218,27 @@ CUstream_st* Resolve(cudaStream_t stream) {
   return stream != nullptr ? stream : legacy;
 }
 
-// Runs the stream's queued work, in order; returns its first failure as cudaErrorLaunchFailure.
+// Runs the stream's queued work, in order, until some work fails: the device is then dead
+// (sticky), the rest is dropped, and every later call returns the failure's error.
 cudaError_t Drain(CUstream_st* s) {
   std::lock_guard<std::mutex> running(s->running);
   for (;;) {
     std::function<std::string()> work;
     {
       std::lock_guard<std::mutex> lock(g_streams_mu);
+      if (StickyError() != cudaSuccess) s->queue.clear();  // a dead context runs nothing
       if (s->queue.empty()) break;
       work = std::move(s->queue.front());
       s->queue.pop_front();
     }
     std::string failure = work();
-    if (!failure.empty() && s->failure.empty()) s->failure = std::move(failure);
+    if (!failure.empty()) {
+      LastLaunchError() = std::move(failure);
+      MakeSticky(TakeWorkError());
+    }
   }
-  if (s->failure.empty()) return cudaSuccess;
-  LastLaunchError() = std::move(s->failure);
-  s->failure.clear();
-  return Record(cudaErrorLaunchFailure);
+  const cudaError_t sticky = StickyError();
+  return sticky != cudaSuccess ? Record(sticky) : cudaSuccess;
 }
 
 cudaError_t DrainAll() {
@@ -243,16 +279,27 @@ void SetDeferredStreams(bool deferred) {
 }
 
 cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work) {
+  if (const cudaError_t sticky = StickyError(); sticky != cudaSuccess) return Record(sticky);
   if (!DeferredStreams()) {
     std::string failure = work();
     if (failure.empty()) return cudaSuccess;
     LastLaunchError() = std::move(failure);
-    return Record(cudaErrorLaunchFailure);
+    return MakeSticky(TakeWorkError());
   }
   CUstream_st* s = Resolve(stream);
   std::lock_guard<std::mutex> lock(g_streams_mu);
   s->queue.push_back(std::move(work));
   return cudaSuccess;
+}
+
+void ResetDevice() {
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    for (CUstream_st* s : Streams()) s->queue.clear();
+  }
+  g_sticky = cudaSuccess;
+  g_fault_at_next_launch = false;
+  LastError() = cudaSuccess;
 }
 
 }  // namespace simt
@@ -276,6 +323,24 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid resource handle";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorECCUncorrectable:
+      return "uncorrectable ECC error encountered";
+    case cudaErrorLaunchTimeout:
+      return "the launch timed out and was terminated";
+    case cudaErrorAssert:
+      return "device-side assert triggered";
+    case cudaErrorHardwareStackError:
+      return "hardware stack error";
+    case cudaErrorIllegalInstruction:
+      return "an illegal instruction was encountered";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
+    case cudaErrorInvalidAddressSpace:
+      return "operation not supported on global/shared address space";
+    case cudaErrorInvalidPc:
+      return "invalid program counter";
   }
   return "unknown error";
 }
@@ -313,9 +378,14 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* v
                                              : Refuse(cudaErrorInvalidValue, "pool attribute");
 }
 
-cudaError_t cudaDeviceSynchronize() { return simt::DrainAll(); }
+cudaError_t cudaDeviceSynchronize() {
+  const cudaError_t err = simt::DrainAll();
+  const cudaError_t sticky = simt::StickyError();
+  return sticky != cudaSuccess ? Record(sticky) : err;
+}
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
   std::lock_guard<std::mutex> lock(simt::g_mu);
   *total_bytes = simt::kDeviceBytes;
   *free_bytes = simt::kDeviceBytes - std::min(simt::kDeviceBytes, simt::g_allocated);
@@ -323,6 +393,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
   *p = simt::DeviceAlloc(bytes);
   return *p != nullptr ? cudaSuccess : Record(cudaErrorMemoryAllocation);
 }
@@ -341,6 +412,7 @@ cudaError_t cudaFree(void* p) {
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (*p == nullptr) return Record(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> lock(simt::g_mu);
@@ -362,6 +434,7 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
   *stream = new CUstream_st();
   std::lock_guard<std::mutex> lock(simt::g_streams_mu);
   simt::Streams().insert(*stream);
@@ -382,6 +455,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
   return simt::Drain(simt::Resolve(stream));
 }
 
@@ -461,6 +535,7 @@ struct CUevent_st {
 };
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
   *event = new CUevent_st();
   return cudaSuccess;
 }

@@ -95,7 +95,16 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorECCUncorrectable = 214,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchTimeout = 702,
+  cudaErrorAssert = 710,
+  cudaErrorHardwareStackError = 714,
+  cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716,
+  cudaErrorInvalidAddressSpace = 717,
+  cudaErrorInvalidPc = 718,
   cudaErrorLaunchFailure = 719,
 };
 
@@ -113,6 +122,23 @@ cudaError_t& LastError();
 std::string& LastLaunchError();
 cudaError_t Record(cudaError_t err);
 
+// Sticky faults. Work that fails while it runs (a kernel's failure, an injected fault) leaves the
+// device as a GPU's illegal address or launch failure leaves a CUDA context: dead. From then on
+// every call that touches the device returns that error (cudaGetLastError too, without clearing
+// it), queued work never runs, and only a new process recovers. StickyError() is that error or
+// cudaSuccess; ResetDevice() is the new process, for tests that fault on purpose (it also drops
+// whatever work is still queued).
+cudaError_t StickyError();
+void ResetDevice();
+// Fault injection: the next kernel launch (InjectFaultAtNextLaunch), or every launch while the
+// file named by SIMT_FAULT_FILE exists, is queued as work that fails with an illegal address, as
+// a kernel reading outside its memory would on a GPU. Called by cudaLaunchKernel.
+void InjectFaultAtNextLaunch();
+bool TakeInjectedFault();
+// Work (a Submit callback) that fails may name its error here (on the thread that runs it);
+// otherwise a failure is an unspecified launch failure.
+void SetWorkError(cudaError_t err);
+
 // Stream order. By default every stream runs its work at once, in program order. With
 // SIMT_DEFERRED_STREAMS=1 in the environment ("deferred streams"), work on a stream (kernels,
 // copies, memsets, stream-ordered frees, cuBLASLt matmuls, event records) only runs when the host
@@ -123,13 +149,15 @@ cudaError_t Record(cudaError_t err);
 // sees stale data (device memory starts as 0xff bytes) as it might on a GPU. As the runtime
 // specifies, a copy from pageable host memory takes the source bytes at the call; any other
 // copy reads its source when it runs. A kernel's failure is reported by the next
-// synchronization of its stream (cudaErrorLaunchFailure, the text in LastLaunchError()).
+// synchronization of its stream (cudaErrorLaunchFailure, the text in LastLaunchError()), and by
+// every call after it (sticky faults, above).
 bool DeferredStreams();
 // Switches deferred streams on or off for the rest of the process (tests of the runtime itself);
 // work queued so far runs first.
 void SetDeferredStreams(bool deferred);
 // Runs `work` on `stream` (at once, or queued when streams are deferred). `work` returns "" or
-// what went wrong. At once: its failure is returned as cudaErrorLaunchFailure.
+// what went wrong. At once: its failure is returned (cudaErrorLaunchFailure unless the work named
+// another, SetWorkError) and is sticky. On a dead device nothing is run or queued.
 cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work);
 
 // Dynamic shared memory a kernel may use (cudaFuncSetAttribute), by kernel address.
@@ -160,13 +188,24 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /
   return simt::Record(cudaErrorInvalidValue);
 }
 
+// A sticky fault is returned every time, and stays.
 inline cudaError_t cudaGetLastError() {
   const cudaError_t err = simt::LastError();
   simt::LastError() = cudaSuccess;
-  return err;
+  const cudaError_t sticky = simt::StickyError();
+  return sticky != cudaSuccess ? sticky : err;
+}
+
+inline cudaError_t cudaPeekAtLastError() {
+  const cudaError_t sticky = simt::StickyError();
+  return sticky != cudaSuccess ? sticky : simt::LastError();
 }
 
 inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream*/) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) {
+    *p = nullptr;
+    return simt::Record(sticky);
+  }
   *p = simt::DeviceAlloc(bytes);
   return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
 }
@@ -205,6 +244,12 @@ cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** arg
         std::to_string(simt::MaxDynamicSmem(reinterpret_cast<const void*>(fn))) +
         " the kernel may use";
     return simt::Record(cudaErrorInvalidValue);
+  }
+  if (simt::TakeInjectedFault()) {
+    return simt::Submit(stream, [] {
+      simt::SetWorkError(cudaErrorIllegalAddress);
+      return std::string("injected fault: an illegal memory access");
+    });
   }
   // The parameters by value, as the hardware takes them at the launch.
   auto params = simt::ArgsTuple<A...>(args, std::index_sequence_for<A...>{});
