@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -58,6 +59,9 @@ absl::StatusOr<const CudaPlugin*> LoadCudaPlugin() {
 #endif
 }
 
+// The plugin once it has created a backend: only then can a device fault (DeviceFault).
+std::atomic<const CudaPlugin*> g_plugin_in_use{nullptr};
+
 }  // namespace
 
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
@@ -95,7 +99,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
     return absl::FailedPreconditionError(
         absl::StrCat("the cuda backend cannot start: ", count.status().message()));
   }
-  return (*LoadCudaPlugin())->create_backend(device);
+  const CudaPlugin* plugin = *LoadCudaPlugin();
+  absl::StatusOr<std::unique_ptr<Backend>> backend = plugin->create_backend(device);
+  if (backend.ok()) g_plugin_in_use = plugin;
+  return backend;
+}
+
+absl::Status DeviceFault() {
+  const CudaPlugin* plugin = g_plugin_in_use.load();
+  return plugin != nullptr ? plugin->device_fault() : absl::OkStatus();
 }
 
 BackendKind DefaultBackendKind(std::string* why) {

@@ -28,6 +28,11 @@ absl::StatusOr<int> CudaDevicesAvailable();
 // FAILED_PRECONDITION naming the reason when CUDA is not built or no GPU can be used.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, int threads);
 
+// OK, or the fault that made this process's GPU unusable (an illegal address, a launch failure,
+// an ECC error: the CUDA context is lost and only a new process recovers). Never loads the CUDA
+// plugin; OK in a process that created no CUDA backend.
+absl::Status DeviceFault();
+
 struct CudaPlugin;
 // The loaded CUDA plugin, for the benchmarks' same-run references (engine/cuda/cuda_plugin.h).
 absl::StatusOr<const CudaPlugin*> CudaPluginForBenchmarks();

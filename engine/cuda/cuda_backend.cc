@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_backend_impl.h"
+#include "engine/cuda/device_fault.h"
 #include "engine/cuda/elementwise_kernels.h"
 
 namespace manyshot {
@@ -78,7 +79,14 @@ std::atomic<uint64_t> next_context_id{1};
 }  // namespace
 
 absl::Status CudaError(absl::string_view op, cudaError_t error) {
-  (void)cudaGetLastError();  // clear it (a sticky error stays in the context regardless)
+  if (IsStickyError(error)) {
+    // The context is dead: nothing to clear, and every later call fails the same way. Recorded
+    // for the server, which stops serving and exits (CudaDeviceFault).
+    RecordDeviceFault(op, error);
+    return absl::InternalError(absl::StrCat("cuda ", op, ": ", cudaGetErrorString(error),
+                                            " (device fault: the CUDA context is lost)"));
+  }
+  (void)cudaGetLastError();  // clear it, so a later launch check does not report it again
   if (error == cudaErrorMemoryAllocation) {  // routine on a GPU: the caller may free and retry
     return absl::ResourceExhaustedError(
         absl::StrCat("cuda ", op, ": out of memory (", cudaGetErrorString(error), ")"));
@@ -517,8 +525,8 @@ absl::Status CudaBackend::SplitQkvImpl(const Tensor& qkv, const Tensor& q, const
   for (const Tensor* part : {&q, &k, &v}) {
     const size_t width = static_cast<size_t>(part->numel() / rows) * es;
     // Rows of `width` bytes at pitch src_pitch into a contiguous [rows, width] destination. A
-    // kernel rather than cudaMemcpy2DAsync: 148 vs 248 us for a bf16 [8192, 3 x 4096] split on
-    // an H100.
+    // kernel rather than cudaMemcpy2DAsync, expected to be faster for many short rows (a target
+    // for tools/gpu's run, not measured: no GPU has run this code).
     absl::Status s =
         Launched("SplitQkv", cuda::LaunchCopy2D(part->raw(), width,
                                                 static_cast<const std::byte*>(qkv.raw()) + column,

@@ -28,6 +28,7 @@ namespace cuda_internal {
 
 // INTERNAL "cuda <op>: <cudaGetErrorString>" (RESOURCE_EXHAUSTED for out of memory); also clears
 // the calling thread's last CUDA error so a later launch check does not report this failure again.
+// A sticky error (device_fault.h) is not cleared but recorded as the device's fault.
 absl::Status CudaError(absl::string_view op, cudaError_t error);
 inline absl::Status CudaCheck(absl::string_view op, cudaError_t error) {
   return error == cudaSuccess ? absl::OkStatus() : CudaError(op, error);

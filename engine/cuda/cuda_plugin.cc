@@ -2,6 +2,7 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_reference.h"
+#include "engine/cuda/device_fault.h"
 
 extern "C" __attribute__((visibility("default"))) const manyshot::CudaPlugin*
 manyshot_cuda_plugin() {
@@ -10,6 +11,7 @@ manyshot_cuda_plugin() {
     p.abi_hash = MANYSHOT_CUDA_PLUGIN_ABI;
     p.device_count = &manyshot::CudaDeviceCount;
     p.create_backend = &manyshot::CreateCudaBackend;
+    p.device_fault = &manyshot::CudaDeviceFault;
     p.device_name = &manyshot::CudaDeviceName;
     p.copy_bytes_per_second = &manyshot::MeasureDeviceCopyBytesPerSecond;
     p.gemm_flops_per_second = &manyshot::MeasureGemmFlopsPerSecond;

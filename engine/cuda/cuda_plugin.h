@@ -22,8 +22,8 @@
 namespace manyshot {
 
 struct CudaPlugin {
-  // Raised whenever this struct changes shape (3: abi_hash).
-  static constexpr int kAbiVersion = 3;
+  // Raised whenever this struct changes shape (3: abi_hash, 4: device_fault).
+  static constexpr int kAbiVersion = 4;
   int abi_version = kAbiVersion;
   // The hash of the headers that define the types crossing the boundary (engine/core/*.h and
   // this one; engine/CMakeLists.txt computes it): a plugin built from other headers than the
@@ -31,6 +31,8 @@ struct CudaPlugin {
   const char* abi_hash = nullptr;
   absl::StatusOr<int> (*device_count)() = nullptr;
   absl::StatusOr<std::unique_ptr<Backend>> (*create_backend)(int device) = nullptr;
+  // OK, or the fault that killed the CUDA context (engine/cuda/device_fault.h).
+  absl::Status (*device_fault)() = nullptr;
   // Same-run references for benchmarks (engine/cuda/cuda_reference.h).
   absl::StatusOr<std::string> (*device_name)(int device) = nullptr;
   absl::StatusOr<double> (*copy_bytes_per_second)(int device, size_t bytes,
