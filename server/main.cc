@@ -12,8 +12,10 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/backends/backend_factory.h"
 #include "server/build_info.h"
 #include "server/config_check.h"
+#include "server/device_watch.h"
 #include "server/logging.h"
 #include "server/server_app.h"
 #include "spdlog/spdlog.h"
@@ -269,6 +271,12 @@ int main(int argc, char** argv) {
                config.shutdown_grace_seconds);
   (*app)->Shutdown(std::chrono::seconds(config.shutdown_grace_seconds));
   app->reset();
+  // A GPU fault (server/device_watch.h) raised the SIGTERM: non-zero, so the replica restarts.
+  if (const absl::Status fault = manyshot::DeviceFault(); !fault.ok()) {
+    spdlog::critical("manyshot-server stopped after a device fault: {}",
+                     std::string(fault.message()));
+    return manyshot::server::kDeviceFaultExitCode;
+  }
   spdlog::info("manyshot-server stopped");
   return 0;
 }

@@ -1,5 +1,8 @@
 #include "server/server_app.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -8,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/disk_space.h"
+#include "engine/backends/backend_factory.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -223,6 +227,9 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   health->SetServingStatus("", true);
   health->SetServingStatus("manyshot.v1.ManyShot", true);
   app->store_watch_ = std::make_unique<StoreWatch>(*app->cache_, *health);
+  // A device fault takes the process's own shutdown path: main drains and exits non-zero.
+  app->device_watch_ = std::make_unique<DeviceWatch>(*health, &manyshot::DeviceFault,
+                                                     [] { ::kill(::getpid(), SIGTERM); });
   spdlog::info(
       "manyshot-server listening grpc={} port={} metrics_port={} data_dir={} tls={} mtls={} "
       "auth={}",
@@ -236,6 +243,7 @@ void ServerApp::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_ || server_ == nullptr) return;  // never started, or already stopped
   shut_down_ = true;
   store_watch_.reset();
+  device_watch_.reset();
   server_->GetHealthCheckService()->Shutdown();
   // New work is refused; queued work still runs within the grace period: what is being prepared
   // joins the engine queue first, then the engine queue stops taking work.

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "server/data_dir.h"
+#include "server/device_watch.h"
 #include "server/manyshot_service.h"
 #include "server/metrics.h"
 #include "server/model_loader.h"
@@ -48,6 +49,7 @@ class ServerApp {
   std::unique_ptr<grpc::Server> server_;
   // After the server: it reports through the server's health service.
   std::unique_ptr<StoreWatch> store_watch_;
+  std::unique_ptr<DeviceWatch> device_watch_;  // stops the replica on a GPU fault
   int grpc_port_ = 0;
   bool shut_down_ = false;
 };
