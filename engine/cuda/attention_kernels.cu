@@ -803,8 +803,8 @@ KernelChoice FlashChoice() {
 
 // Tile configurations of the tensor-core kernel, by M rows per (problem, kv head):
 //   0: <= 16 rows (decode, batch 1): 1 warp, 16 x 64 tiles, 3 stages (2 tiles in flight per
-//      block; memory bound: the split-K grid streams K/V. On the H100, 64-key tiles with 3
-//      stages beat 32-key tiles with 3 or 4 stages by 10-20% at batch 1);
+//      block; memory bound: the split-K grid streams K/V. 64-key tiles with 3 stages rather
+//      than 32-key tiles: a choice to verify on a GPU (tools/gpu), never measured here);
 //   1: <= 64 rows: 4 warps x 16 rows, 64-key tiles, 2 stages;
 //   2: more rows (batches, prefill): 4 warps x 32 rows = 128 x 64 tiles, 2 stages (each K/V
 //      fragment loaded from shared memory feeds two mma rows: compute bound).
@@ -868,9 +868,9 @@ bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Splits of the key range. Cost model: (waves of `resident` blocks, the blocks the device holds
-// at once) x (keys per block + a fixed cost per block), minimised over the split count. (On the
-// H100 this also beat a per-SM-throughput model for the compute-bound batches: 640 rows x 12
-// heads x 100k keys got 4 splits at 268 TFLOP/s rather than 11 at 235.)
+// at once) x (keys per block + a fixed cost per block), minimised over the split count. (Chosen
+// over a per-SM-throughput model, which splits compute-bound batches more; which is faster is
+// unmeasured: no GPU has run this code, tools/gpu's benchmarks are where to compare them.)
 int ChooseSplits(int64_t blocks, int64_t resident, int64_t keys, int bn) {
   if (blocks <= 0 || resident <= 0 || keys <= 0 || blocks >= 4 * resident) return 1;
   const int64_t min_chunk = std::max<int64_t>(256, bn);
