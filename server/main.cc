@@ -79,7 +79,9 @@ ABSL_FLAG(uint64_t, disk_budget_bytes, 0,
 ABSL_FLAG(uint64_t, min_free_disk_bytes, 64ull << 20,
           "Free space kept on the data directory's disk: creates that would leave less are "
           "refused with RESOURCE_EXHAUSTED, and the server does not start with less");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV storage type in memory and on disk: f32, bf16, f16");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "KV storage type in memory and on disk: f32, bf16, f16; unset: bf16 on CUDA (f16 with "
+          "--compute_dtype=f16: tensor-core attention), f32 on the CPU");
 ABSL_FLAG(bool, share_kv_across_tenants, false,
           "Let tenants' tasks with identical content share one KV entry (saves encodes and memory, "
           "but a tenant can then tell that another registered the same demonstrations)");

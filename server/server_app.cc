@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/config_check.h"
 #include "server/dtype_flag.h"
+#include "server/kv_dtype_default.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
@@ -153,9 +154,20 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
     cache_options.host_budget_bytes = config.host_memory_budget_bytes;
   }
   cache_options.eager_restore = config.eager_restore;
-  auto kv_dtype = ParseDTypeFlag("kv_dtype", config.kv_dtype);
+  // Unset: the backend's default (server/kv_dtype_default.h); what the service checks specs
+  // against and GetServerInfo reports from here on.
+  if (app->config_.kv_dtype.empty()) {
+    app->config_.kv_dtype =
+        DefaultKvDtype(app->model_->backend->device(), app->model_->compute_dtype());
+  }
+  auto kv_dtype = ParseDTypeFlag("kv_dtype", app->config_.kv_dtype);
   if (!kv_dtype.ok()) return kv_dtype.status();
   cache_options.kv_dtype = kv_dtype->value_or(DType::kF32);
+  if (app->model_->transformer != nullptr) {
+    spdlog::info("attention: {}",
+                 AttentionKernelDescription(app->model_->backend->device(), cache_options.kv_dtype,
+                                            app->model_->transformer->config().head_dim));
+  }
   // Both backends' attention reads 16-bit context K/V directly: keep memory in the storage dtype.
   cache_options.memory_holds_storage_dtype = true;
   cache_options.log = [](LogLevel level, const std::string& message) {

@@ -43,8 +43,10 @@ struct ServerConfig {
   uint64_t min_free_disk_bytes = 64ull << 20;
   // Tasks of different tenants with identical content share one KV entry (off: per tenant).
   bool share_kv_across_tenants = false;
-  std::string kv_dtype = "f32";  // f32, bf16 or f16 (storage on disk and in memory)
-  bool eager_restore = false;    // load every task's KV at startup instead of on first use
+  // f32, bf16 or f16 (storage on disk and in memory); "" = the backend's default (cuda: 16-bit,
+  // read by the tensor-core attention kernel; cpu: f32), server/kv_dtype_default.h.
+  std::string kv_dtype;
+  bool eager_restore = false;  // load every task's KV at startup instead of on first use
 
   // Scheduling: requests for one task are batched for up to batch_window_ms or max_batch_size
   // inputs; at most max_queue_inputs inputs wait (RESOURCE_EXHAUSTED beyond).

@@ -181,6 +181,56 @@ TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) 
   }
 }
 
+// With no dtype flags the GPU stores K/V as bf16 (server/kv_dtype_default.h), the CPU f32, the
+// startup log names the attention kernel (the default model's head_dim, 32, is not one the flash
+// kernel is built for: the generic kernel, as the log says; 64, 80 and 128 run the flash kernel),
+// and the scores stay within bf16's rounding of the CPU's f32 ones.
+TEST_P(GpuServerTest, ByDefaultStoresBf16KvAndLogsTheAttentionKernel) {
+#if !MANYSHOT_CUDA_ENABLED
+  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
+                  "CUDA plugin";
+#endif
+  std::optional<ScopedEmulatedCudaPlugin> emulation;
+  if (emulated()) emulation.emplace(MANYSHOT_CUDA_SIMT_PLUGIN);
+  if (!emulated()) {
+    auto devices = CudaDevicesAvailable();
+    if (!devices.ok() || *devices == 0) {
+      GTEST_SKIP() << "no usable GPU: "
+                   << (devices.ok() ? "no CUDA device" : devices.status().ToString());
+    }
+  }
+  TempDir dir;
+  std::vector<double> cpu_scores;
+  {
+    ServerUnderTest cpu(dir.path() / "cpu", {"--threads=1", "--backend=cpu"});
+    ASSERT_TRUE(cpu.started()) << cpu.Stderr();
+    auto stub = v1::ManyShot::NewStub(cpu.Channel());
+    ASSERT_TRUE(CreateTask(*stub, "a", Sst2Spec(), Sst2Demonstrations(12)).status.ok());
+    cpu_scores = Scores(cpu, "a");
+    cpu.StopCleanly();  // the log is complete once the server has exited
+    EXPECT_NE(cpu.Stderr().find("attention: cpu attention (f32 K/V"), std::string::npos)
+        << cpu.Stderr();
+  }
+  ServerUnderTest gpu(dir.path() / "gpu", {"--threads=1", "--backend=cuda"});
+  ASSERT_TRUE(gpu.started()) << gpu.Stderr();
+  auto stub = v1::ManyShot::NewStub(gpu.Channel());
+  // A spec may name the server's K/V dtype, and only that one: bf16 is accepted here.
+  v1::TaskSpec bf16_spec = Sst2Spec();
+  bf16_spec.set_kv_dtype(v1::KV_DTYPE_BF16);
+  auto created = CreateTask(*stub, "a", bf16_spec, Sst2Demonstrations(12));
+  ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  const std::vector<double> gpu_scores = Scores(gpu, "a");
+  ASSERT_EQ(gpu_scores.size(), cpu_scores.size());
+  for (size_t i = 0; i < gpu_scores.size(); ++i) {
+    // bf16 compute, weights and K/V against f32: a few bf16 ulps of the summed log-probability.
+    EXPECT_NEAR(gpu_scores[i], cpu_scores[i], 0.1 * std::max(1.0, std::abs(cpu_scores[i]))) << i;
+  }
+  gpu.StopCleanly();
+  EXPECT_NE(gpu.Stderr().find("attention: cuda generic kernel (bf16 K/V, head_dim 32"),
+            std::string::npos)
+      << gpu.Stderr();
+}
+
 // The test names say which (tests/CMakeLists.txt gives Cuda* the label gpu).
 INSTANTIATE_TEST_SUITE_P(SimtCuda, GpuServerTest, ::testing::Values("simt-cuda"),
                          [](const auto&) { return "Emulated"; });
