@@ -23,16 +23,37 @@ for b in "${bins[@]}"; do
   [ -f "$build/$b" ] || { echo "bundle.sh: missing $build/$b" >&2; exit 1; }
   strip -o "$out/bin/$(basename "$b")" "$build/$b"
 done
-# Shared libraries outside glibc, libstdc++/libgcc and CUDA (the GPU machine has its own).
+# The newest GLIBC_x.y symbol version a file needs (the glibc it cannot run below).
+# (A library may need none: grep finding nothing is not an error here.)
+glibc_floor() {
+  { objdump -T "$1" 2>/dev/null || true; } | { grep -oE 'GLIBC_[0-9]+\.[0-9]+' || true; } |
+    sed 's/GLIBC_//' | sort -uV | tail -1
+}
+floor=$(for b in "$out"/bin/*; do glibc_floor "$b"; done | sort -V | tail -1)
+# Shared libraries outside glibc, libstdc++/libgcc and CUDA (the GPU machine has its own), except
+# those that need a newer glibc than the binaries themselves (libexpat needs 2.36, libcairo 2.35 on
+# Debian 12): bundled, they would raise the floor for the whole bundle; left out, the GPU host's
+# own build of them is used (python3 needs libexpat; tools/gpu/preflight.sh's ldd check names any
+# the host lacks, in seconds).
 for b in "$out"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux)[.-]|libcu|libnv' |
-  while read -r lib; do cp -L "$lib" "$out/lib/"; done
+  while read -r lib; do
+    lib_floor=$(glibc_floor "$lib")
+    if [ -n "$lib_floor" ] && [ "$(printf '%s\n%s\n' "$lib_floor" "$floor" | sort -V | tail -1)" != "$floor" ]; then
+      echo "bundle.sh: left out $(basename "$lib") (needs glibc $lib_floor, the binaries $floor)" >&2
+      continue
+    fi
+    cp -L "$lib" "$out/lib/"
+  done
 # The CUDA backend plugin (found through LD_LIBRARY_PATH by its file name).
 cp "$build/engine/libmanyshot_cuda.so" "$out/lib/"
 cp /usr/local/share/manyshot/gpt2/* "$out/share/gpt2/"
 cp -r "$root/../shared/datasets/sst2_cbu" "$out/shared/datasets/" 2>/dev/null || true
-cp "$root/tools/gpu/run_checks.sh" "$out/"
+cp "$root/tools/gpu/run_checks.sh" "$root/tools/gpu/preflight.sh" "$out/"
+# What tools/gpu/preflight.sh compares with the GPU host's glibc (the plugin counts too).
+for f in "$out"/bin/* "$out"/lib/*; do glibc_floor "$f"; done | sort -V | tail -1 >"$out/GLIBC_FLOOR"
+echo "bundle.sh: glibc floor $(cat "$out/GLIBC_FLOOR")"
 cp "$root/bench/torch_peer.py" "$out/" 2>/dev/null || true
 du -sh "$out"
 if [ -n "$archive" ]; then

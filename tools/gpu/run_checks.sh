@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine: runs the CUDA tests (the ctest label gpu: every test instantiated as Cuda/...)
 # and the GPU benchmarks from a bundle made by tools/gpu/bundle.sh, writing logs to $OUT.
-#   tools/gpu/run_checks.sh BUNDLE_DIR [tests|bench|all]
+#   tools/gpu/run_checks.sh BUNDLE_DIR [tests|bench|sanitize|all]
+# sanitize: compute-sanitizer's memcheck, racecheck and synccheck over the Cuda* suites, when the
+# host has it (else reported as skipped), each run bounded like the benchmarks.
 # Rehearsal without a GPU: MANYSHOT_CUDA_PLUGIN=build/tests/simt/libmanyshot_cuda_simt.so runs the
 # tests on the emulated plugin (the benchmarks' references are too large for the emulator).
 set -uo pipefail
@@ -64,5 +66,31 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== bench $bench rc=$rc"
     tail -c 3000 "$out/bench_$bench.json"; tail -5 "$out/bench_$bench.err"
   done
+fi
+if [ "$what" = sanitize ]; then
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -z "$sanitizer" ]; then
+    echo "== sanitize: skipped, no compute-sanitizer on this host"
+  else
+    # The kernels' own suite first: it covers every kernel at the most shapes per second.
+    for t in backend_tests transformer_tests prompting_tests t5_tests cache_tests; do
+      for tool in memcheck racecheck synccheck; do
+        limit=${BENCH_TIMEOUT:-300}
+        if [ -n "${BENCH_DEADLINE:-}" ]; then
+          until_deadline=$((BENCH_DEADLINE - $(date +%s)))
+          [ "$until_deadline" -lt "$limit" ] && limit=$until_deadline
+        fi
+        if [ "$limit" -lt 20 ]; then
+          echo "== sanitize $tool $t: not run, ${limit}s left before BENCH_DEADLINE"
+          continue
+        fi
+        timeout -k 10 "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+          "$bundle/bin/$t" --gtest_filter='Cuda*' >"$out/sanitize_${tool}_$t.log" 2>&1
+        rc=$?
+        [ $rc -eq 0 ] || status=1
+        echo "== sanitize $tool $t rc=$rc: $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$out/sanitize_${tool}_$t.log" | tr '\n' ' ')"
+      done
+    done
+  fi
 fi
 exit $status

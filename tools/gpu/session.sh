@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# A whole GPU session in ONE device call (a session has ~15 minutes of device time, ~2 of them
-# the machine's start, and a call may run 10): issue 9's checks (the Cuda/ tests and the section 4
-# benchmarks) and issue 15's training of the demonstration model, within a time budget, leaving
-# under $OUT only what a device run brings back (at most 8 files of at most 16 MiB).
+# A GPU session's device calls (a session has ~15 minutes of device time, ~2 of them the
+# machine's start, and a call may run 10), each within a time budget, leaving under $OUT only
+# what a device run brings back (at most 8 files of at most 16 MiB).
 #
-#   tools/gpu/session.sh [all|checks|train]          (default all)
+#   tools/gpu/session.sh [checks|train]          (default checks)
 #
-# Carry (both git-ignored): .gpu (tools/gpu/bundle.sh BUILD /tmp/bundle .gpu/bundle.tar.xz on a
-# -DMANYSHOT_NATIVE=OFF build) for checks, tools/icl_model/work (tools/icl_model/prepare_data.py)
-# for train. all: the training starts at once and the tests run beside it (they check results, not
-# speed); the benchmarks run after the training, with the GPU to themselves, in what is left of
-# SESSION_SECONDS (default 560: give the call timeout_s 590 or more). Comes back:
-#   $OUT/results.tar.xz   every log: this script's, the tests' logs and XML, the benchmarks' JSON,
-#                         the training log and PROVENANCE.json
-#   $OUT/icl/model/*      the trained model's files (config, index, bf16 shards, split into parts
-#                         of at most 15 MiB: tools/icl_model/transport.py join)
+# checks: the verification call. tools/gpu/preflight.sh first (glibc, CUDA 13 libraries, driver,
+#   ldd of every binary: a machine that cannot run the bundle fails in seconds, nothing else
+#   started), then the Cuda/ tests, then the benchmarks with the GPU to themselves, then
+#   compute-sanitizer over the Cuda* suites in what is left of SESSION_SECONDS (default 560: give
+#   the call timeout_s 590 or more). Carry .gpu (tools/gpu/bundle.sh BUILD /tmp/bundle
+#   .gpu/bundle.tar.xz on a -DMANYSHOT_NATIVE=OFF build).
+# train: the demonstration model's training alone (its own call, so it never takes the
+#   benchmarks' time). Carry tools/icl_model/work (tools/icl_model/prepare_data.py).
+# Comes back:
+#   $OUT/results.tar.xz   every log: this script's, the preflight's, the tests' logs and XML, the
+#                         benchmarks' JSON, the sanitizer's logs; train: the training log and
+#                         PROVENANCE.json
+#   $OUT/icl/model/*      train: the trained model's files (config, index, bf16 shards, split into
+#                         parts of at most 15 MiB: tools/icl_model/transport.py join)
 set -uo pipefail
-what=${1:-all}
-case "$what" in all | checks | train) ;; *) echo "usage: $0 [all|checks|train]" >&2; exit 2 ;; esac
+what=${1:-checks}
+case "$what" in checks | train) ;; *) echo "usage: $0 [checks|train]" >&2; exit 2 ;; esac
 out=${OUT:-/tmp/manyshot-gpu-session}
 budget=${SESSION_SECONDS:-560}
 start=$(date +%s)
@@ -46,10 +50,10 @@ PY
 status=0
 
 say "session.sh $what, budget ${budget}s, commit ${COMMIT:-unknown}"
-nvidia-smi 2>&1 | tee -a "$logs/session.log"
+timeout 10 nvidia-smi 2>&1 | tee -a "$logs/session.log"
 
 train_pid=
-if [ "$what" != checks ]; then
+if [ "$what" = train ]; then
   # train_icl_model.sh's own budgets: 4 minutes of steps, 5 in all, killed at 330 s.
   say "training starts (tools/gpu/train_icl_model.sh)"
   OUT="$out/icl" ICL_MAX_MINUTES=${ICL_MAX_MINUTES:-4} ICL_TOTAL_MINUTES=${ICL_TOTAL_MINUTES:-5} \
@@ -58,13 +62,21 @@ if [ "$what" != checks ]; then
 fi
 
 bundle=
-if [ "$what" != train ]; then
+if [ "$what" = checks ]; then
   if [ -f .gpu/bundle.tar.xz ]; then
     rm -rf /tmp/manyshot-gpu && mkdir -p /tmp/manyshot-gpu
     xz_tar x .gpu/bundle.tar.xz /tmp/manyshot-gpu && bundle=/tmp/manyshot-gpu/bundle
     say "bundle unpacked: $(du -sh /tmp/manyshot-gpu | cut -f1)"
   else
     say "no .gpu/bundle.tar.xz: make it with tools/gpu/bundle.sh and carry .gpu"
+    status=1
+  fi
+fi
+if [ -n "$bundle" ]; then
+  # pipefail: the pipeline fails when the preflight does (or runs past 30 s).
+  if ! timeout -k 5 30 bash "$bundle/preflight.sh" "$bundle" 2>&1 | tee -a "$logs/session.log"; then
+    say "preflight failed: nothing else runs"
+    bundle=
     status=1
   fi
 fi
@@ -93,8 +105,13 @@ if [ -n "$bundle" ]; then
   else
     # Attention first (issue 9's main figures), then the restore; both end by the deadline.
     say "benchmarks, ${remaining}s"
-    OUT="$logs/checks" BENCH_DEADLINE=$(($(date +%s) + remaining)) bash tools/gpu/run_checks.sh \
+    deadline=$(($(date +%s) + remaining))
+    OUT="$logs/checks" BENCH_DEADLINE=$deadline bash tools/gpu/run_checks.sh \
       "$bundle" bench 2>&1 | tee -a "$logs/session.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    say "compute-sanitizer, $((deadline - $(date +%s)))s"
+    OUT="$logs/checks" BENCH_DEADLINE=$deadline bash tools/gpu/run_checks.sh \
+      "$bundle" sanitize 2>&1 | tee -a "$logs/session.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
 fi
