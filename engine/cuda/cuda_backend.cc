@@ -112,21 +112,23 @@ ThreadState::~ThreadState() {
   plans.clear();
   plan_lru.clear();
   if (lt != nullptr) cublasLtDestroy(lt);
-  if (workspace != nullptr) (void)cudaFree(workspace);
+  if (workspace != nullptr) (void)cudaFreeAsync(workspace, stream);  // before the stream goes
   if (stream != nullptr) (void)cudaStreamDestroy(stream);
   (void)cudaGetLastError();  // teardown errors (e.g. at process exit) have nowhere to go
 }
 
 absl::Status ThreadState::EnsureGemm() {
   if (lt != nullptr) return absl::OkStatus();
+  // From the stream-ordered pool, on this state's stream (which every GEMM using it runs on), so
+  // it counts against the same memory as the tensors and goes back to the pool, not the driver.
   void* ws = nullptr;
-  absl::Status s =
-      CudaCheck("cudaMalloc(cuBLASLt workspace)", cudaMalloc(&ws, GemmPlan::kWorkspaceBytes));
+  absl::Status s = CudaCheck("cudaMallocAsync(cuBLASLt workspace)",
+                             cudaMallocAsync(&ws, GemmPlan::kWorkspaceBytes, stream));
   if (!s.ok()) return s;
   cublasLtHandle_t handle = nullptr;
   const cublasStatus_t cs = cublasLtCreate(&handle);
   if (cs != CUBLAS_STATUS_SUCCESS) {
-    (void)cudaFree(ws);
+    (void)cudaFreeAsync(ws, stream);
     return CublasError("cublasLtCreate", cs, "");
   }
   workspace = ws;

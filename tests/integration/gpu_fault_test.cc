@@ -3,7 +3,8 @@
 // the emulated context as it kills a real one, the call that hit it fails INTERNAL naming the
 // error, gRPC health turns NOT_SERVING, the log says why, and the server drains and exits with
 // status 3 (server/device_watch.h), so an orchestrator restarts it; the restarted replica serves
-// the same task again from its store.
+// the same task again from its store. An out-of-memory in the middle of a batch is not a fault:
+// that request fails RESOURCE_EXHAUSTED and the replica keeps serving.
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -95,6 +96,44 @@ TEST(GpuFaultTest, AStickyFaultTurnsHealthNotServingAndTheServerExitsNonZero) {
   ASSERT_TRUE(served.ok()) << served.error_message();
   EXPECT_NEAR(again.results(0).scores(0).sum_logprob(), served_before, 1e-6);
   restarted.StopCleanly();
+}
+
+TEST(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
+#if !MANYSHOT_CUDA_ENABLED
+  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
+                  "CUDA plugin";
+#endif
+  TempDir dir;
+  const fs::path oom_file = dir.path() / "oom";
+  ScopedEmulatedCudaPlugin emulation(MANYSHOT_CUDA_SIMT_PLUGIN);
+  ScopedEnv inject("SIMT_OOM_FILE", oom_file.c_str());
+  ServerUnderTest gpu(dir.path() / "data", EmulatedGpuFlags());
+  ASSERT_TRUE(gpu.started()) << gpu.Stderr();
+  auto stub = v1::ManyShot::NewStub(gpu.Channel());
+  auto created = CreateTask(*stub, "a", Sst2Spec(), Sst2Demonstrations(4));
+  ASSERT_TRUE(created.status.ok()) << created.status.error_message();
+  v1::ClassifyResponse before;
+  ASSERT_TRUE(Classify(gpu, &before).ok());
+
+  std::ofstream(oom_file) << "full\n";  // every device allocation fails from now on
+  v1::ClassifyResponse during;
+  const grpc::Status failed = Classify(gpu, &during);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << failed.error_message();
+  EXPECT_NE(failed.error_message().find("out of device memory"), std::string::npos)
+      << failed.error_message();
+  fs::remove(oom_file);
+
+  v1::ClassifyResponse after;
+  const grpc::Status served = Classify(gpu, &after);
+  ASSERT_TRUE(served.ok()) << served.error_message();
+  EXPECT_EQ(after.results(0).scores(0).sum_logprob(), before.results(0).scores(0).sum_logprob());
+  auto health = grpc::health::v1::Health::NewStub(gpu.Channel());
+  grpc::ClientContext context;
+  HealthCheckResponse status;
+  ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &status).ok());
+  EXPECT_EQ(status.status(), HealthCheckResponse::SERVING);
+  gpu.StopCleanly();
+  EXPECT_EQ(gpu.Stderr().find("device fault"), std::string::npos) << gpu.Stderr();
 }
 
 }  // namespace

@@ -105,6 +105,11 @@ void SetWorkError(cudaError_t err) { t_work_error = err; }
 
 void InjectFaultAtNextLaunch() { g_fault_at_next_launch = true; }
 
+bool OutOfMemoryInjected() {
+  static const char* file = std::getenv("SIMT_OOM_FILE");
+  return file != nullptr && *file != '\0' && access(file, F_OK) == 0;
+}
+
 bool TakeInjectedFault() {
   if (g_fault_at_next_launch.exchange(false)) return true;
   static const char* file = std::getenv("SIMT_FAULT_FILE");
@@ -394,7 +399,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
-  *p = simt::DeviceAlloc(bytes);
+  *p = simt::OutOfMemoryInjected() ? nullptr : simt::DeviceAlloc(bytes);
   return *p != nullptr ? cudaSuccess : Record(cudaErrorMemoryAllocation);
 }
 

@@ -135,6 +135,10 @@ void ResetDevice();
 // a kernel reading outside its memory would on a GPU. Called by cudaLaunchKernel.
 void InjectFaultAtNextLaunch();
 bool TakeInjectedFault();
+// Out-of-memory injection: while the file named by SIMT_OOM_FILE exists, every device allocation
+// (cudaMalloc, cudaMallocAsync) fails with cudaErrorMemoryAllocation, as on a full GPU; unlike a
+// fault it is not sticky.
+bool OutOfMemoryInjected();
 // Work (a Submit callback) that fails may name its error here (on the thread that runs it);
 // otherwise a failure is an unspecified launch failure.
 void SetWorkError(cudaError_t err);
@@ -206,7 +210,7 @@ inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream
     *p = nullptr;
     return simt::Record(sticky);
   }
-  *p = simt::DeviceAlloc(bytes);
+  *p = simt::OutOfMemoryInjected() ? nullptr : simt::DeviceAlloc(bytes);
   return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
 }
 
