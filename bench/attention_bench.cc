@@ -1,9 +1,10 @@
 // manyshot-bench attention: structured prompting's hot path on one backend, for a GPT-2-small- and
 // a Llama-1B-shaped model (random weights). (1) AttendContext of one 20-row query against the
-// 1000-shot SST-2 context (N = 30,569 tokens of bf16 K/V per layer) as context bytes read per
-// second against a same-run device copy; (2) 32 such queries at once as FLOP/s against a same-run
-// bf16 GEMM; (3) whole query batches (Transformer::Forward with the context) as queries/s, next to
-// the PyTorch peer (bench/torch_peer.py: concat + scaled_dot_product_attention with a mask).
+// 1000-shot SST-2 context (N = 30,569 tokens of K/V per layer, bf16 on CUDA, f32 on the CPU) as
+// context bytes read per second against a same-run device copy; (2) 32 such queries at once as
+// FLOP/s against a same-run bf16 GEMM; (3) whole query batches (Transformer::Forward with the
+// context) as queries/s, next to the PyTorch peer (bench/torch_peer.py: concat +
+// scaled_dot_product_attention with a mask).
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -255,8 +256,10 @@ int RunAttentionBench(const BenchOptions& options) {
   // weighted by M (own_log_weight = ln M), the context by 1 (StructuredPlacement).
   const int64_t M = (N + kGroupLength - 1) / kGroupLength;
   const float own_log_weight = static_cast<float>(std::log(static_cast<double>(M)));
+  // What the server runs by default on this backend (server/kv_dtype_default.h): bf16 compute
+  // and K/V (the tensor-core flash kernel) on CUDA, f32 on the CPU.
   const DType compute = cuda ? DType::kBF16 : DType::kF32;
-  const DType kv = DType::kBF16;
+  const DType kv = cuda ? DType::kBF16 : DType::kF32;
   report.Add("context_tokens", static_cast<double>(N));
   report.Add("groups", static_cast<double>(M));
   report.Add("own_log_weight", own_log_weight);
@@ -282,9 +285,9 @@ int RunAttentionBench(const BenchOptions& options) {
     report.Add(p + "_intermediate", static_cast<double>(spec.intermediate_size));
     report.Add(p + "_vocab", static_cast<double>(spec.vocab_size));
 
-    // The context: random bf16 K/V [N, kv_heads, D] for every layer. The timed calls cycle through
-    // the layers as a forward pass does, so no call finds its context in a cache (one layer of
-    // GPT-2's is 94 MB, of Llama's 63 MB: more than an H100's 50 MB L2).
+    // The context: random K/V (`kv`) [N, kv_heads, D] for every layer. The timed calls cycle
+    // through the layers as a forward pass does, so no call finds its context in a cache (one layer
+    // of GPT-2's is 94 MB, of Llama's 63 MB: more than an H100's 50 MB L2).
     ContextKv context;
     context.len = N;
     context.log_weight = 0.0f;
