@@ -97,6 +97,11 @@ absl::Status CheckNames(const ServerConfig& c) {
         {"kv_dtype", c.kv_dtype}}) {
     if (auto dtype = ParseDTypeFlag(flag, value); !dtype.ok()) return dtype.status();
   }
+  if (c.gpu_pool_release_threshold_bytes < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_pool_release_threshold_bytes=", c.gpu_pool_release_threshold_bytes,
+                     ": must be -1 (keep all freed memory) or a byte count >= 0"));
+  }
   if (c.data_dir.empty()) {
     return absl::InvalidArgumentError("--data_dir is empty: name the directory to keep tasks in");
   }

@@ -70,6 +70,11 @@ ABSL_FLAG(uint64_t, memory_budget_bytes, 8ull << 30,
 ABSL_FLAG(uint64_t, gpu_memory_budget_bytes, 8ull << 30,
           "Byte budget of the KV cache's memory tier in GPU memory on the CUDA backend (LRU "
           "eviction of unpinned entries)");
+ABSL_FLAG(
+    int64_t, gpu_pool_release_threshold_bytes, -1,
+    "CUDA: freed device memory the allocator's pool keeps for reuse; above it memory goes back "
+    "to the driver at each synchronization (for a GPU shared with other processes); -1 keeps "
+    "it all");
 ABSL_FLAG(uint64_t, host_memory_budget_bytes, 16ull << 30,
           "On the CUDA backend: byte budget of page-locked host memory holding contexts evicted "
           "from GPU memory, before they fall back to RocksDB (0: none)");
@@ -166,6 +171,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   config.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_bytes);
   config.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
+  config.gpu_pool_release_threshold_bytes = absl::GetFlag(FLAGS_gpu_pool_release_threshold_bytes);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
   config.min_free_disk_bytes = absl::GetFlag(FLAGS_min_free_disk_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);

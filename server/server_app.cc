@@ -154,6 +154,12 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
     cache_options.host_budget_bytes = config.host_memory_budget_bytes;
   }
   cache_options.eager_restore = config.eager_restore;
+  if (app->model_->backend->device() == Device::kCUDA &&
+      config.gpu_pool_release_threshold_bytes >= 0) {
+    const auto bytes = static_cast<uint64_t>(config.gpu_pool_release_threshold_bytes);
+    if (auto s = SetGpuPoolReleaseThreshold(config.device, bytes); !s.ok()) return s;
+    spdlog::info("cuda: the memory pool keeps at most {} freed bytes", bytes);
+  }
   // Unset: the backend's default (server/kv_dtype_default.h); what the service checks specs
   // against and GetServerInfo reports from here on.
   if (app->config_.kv_dtype.empty()) {

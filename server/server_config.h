@@ -37,7 +37,9 @@ struct ServerConfig {
   uint64_t memory_budget_bytes = 8ull << 30;        // the memory tier on the CPU backend (host RAM)
   uint64_t gpu_memory_budget_bytes = 8ull << 30;    // the memory tier on the CUDA backend (GPU)
   uint64_t host_memory_budget_bytes = 16ull << 30;  // pinned host tier below it (CUDA only)
-  uint64_t disk_budget_bytes = 0;                   // 0 = unlimited
+  // CUDA: freed memory the device's pool keeps for reuse; -1 = all (engine/cuda/memory_pool.h).
+  int64_t gpu_pool_release_threshold_bytes = -1;
+  uint64_t disk_budget_bytes = 0;  // 0 = unlimited
   // Free space kept on the data directory's disk: creates that would leave less are refused
   // (RESOURCE_EXHAUSTED) and the server does not start with less, so RocksDB always has room.
   uint64_t min_free_disk_bytes = 64ull << 20;

@@ -105,6 +105,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
   return backend;
 }
 
+absl::Status SetGpuPoolReleaseThreshold(int device, uint64_t bytes) {
+  const CudaPlugin* plugin = g_plugin_in_use.load();
+  if (plugin == nullptr) {
+    return absl::FailedPreconditionError("no CUDA backend has been created in this process");
+  }
+  return plugin->set_pool_release_threshold(device, bytes);
+}
+
 absl::Status DeviceFault() {
   const CudaPlugin* plugin = g_plugin_in_use.load();
   return plugin != nullptr ? plugin->device_fault() : absl::OkStatus();

@@ -2,6 +2,7 @@
 // and the tests choose backends only through here.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
 // an ECC error: the CUDA context is lost and only a new process recovers). Never loads the CUDA
 // plugin; OK in a process that created no CUDA backend.
 absl::Status DeviceFault();
+
+// The CUDA memory pool of `device` keeps at most `bytes` of freed memory
+// (engine/cuda/memory_pool.h); FAILED_PRECONDITION before a CUDA backend exists.
+absl::Status SetGpuPoolReleaseThreshold(int device, uint64_t bytes);
 
 struct CudaPlugin;
 // The loaded CUDA plugin, for the benchmarks' same-run references (engine/cuda/cuda_plugin.h).

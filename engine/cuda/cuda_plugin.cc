@@ -3,6 +3,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_reference.h"
 #include "engine/cuda/device_fault.h"
+#include "engine/cuda/memory_pool.h"
 
 extern "C" __attribute__((visibility("default"))) const manyshot::CudaPlugin*
 manyshot_cuda_plugin() {
@@ -12,6 +13,7 @@ manyshot_cuda_plugin() {
     p.device_count = &manyshot::CudaDeviceCount;
     p.create_backend = &manyshot::CreateCudaBackend;
     p.device_fault = &manyshot::CudaDeviceFault;
+    p.set_pool_release_threshold = &manyshot::SetCudaPoolReleaseThreshold;
     p.device_name = &manyshot::CudaDeviceName;
     p.copy_bytes_per_second = &manyshot::MeasureDeviceCopyBytesPerSecond;
     p.gemm_flops_per_second = &manyshot::MeasureGemmFlopsPerSecond;

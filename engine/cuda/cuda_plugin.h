@@ -22,7 +22,8 @@
 namespace manyshot {
 
 struct CudaPlugin {
-  // Raised whenever this struct changes shape (3: abi_hash, 4: device_fault).
+  // Raised whenever this struct changes shape (3: abi_hash, 4: device_fault and
+  // set_pool_release_threshold).
   static constexpr int kAbiVersion = 4;
   int abi_version = kAbiVersion;
   // The hash of the headers that define the types crossing the boundary (engine/core/*.h and
@@ -33,6 +34,8 @@ struct CudaPlugin {
   absl::StatusOr<std::unique_ptr<Backend>> (*create_backend)(int device) = nullptr;
   // OK, or the fault that killed the CUDA context (engine/cuda/device_fault.h).
   absl::Status (*device_fault)() = nullptr;
+  // The device's memory pool keeps at most this many freed bytes (engine/cuda/memory_pool.h).
+  absl::Status (*set_pool_release_threshold)(int device, uint64_t bytes) = nullptr;
   // Same-run references for benchmarks (engine/cuda/cuda_reference.h).
   absl::StatusOr<std::string> (*device_name)(int device) = nullptr;
   absl::StatusOr<double> (*copy_bytes_per_second)(int device, size_t bytes,

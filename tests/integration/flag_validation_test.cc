@@ -38,6 +38,7 @@ INSTANTIATE_TEST_SUITE_P(
     Flags, FlagValidationTest,
     ::testing::Values(BadFlag{"--max_batch_size=-1", "must be from 1 to"},
                       BadFlag{"--kv_dtype=f8", "is not one of f32, bf16, f16"},
+                      BadFlag{"--gpu_pool_release_threshold_bytes=-2", "must be -1 (keep all"},
                       BadFlag{"--compute_dtype=fp32", "is not one of f32, bf16, f16"},
                       BadFlag{"--backend=tpu", "must be cpu, cuda or empty"},
                       BadFlag{"--threads=-1", "must be from 0 to"},

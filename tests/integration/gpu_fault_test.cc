@@ -107,7 +107,9 @@ TEST(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
   const fs::path oom_file = dir.path() / "oom";
   ScopedEmulatedCudaPlugin emulation(MANYSHOT_CUDA_SIMT_PLUGIN);
   ScopedEnv inject("SIMT_OOM_FILE", oom_file.c_str());
-  ServerUnderTest gpu(dir.path() / "data", EmulatedGpuFlags());
+  std::vector<std::string> flags = EmulatedGpuFlags();
+  flags.push_back("--gpu_pool_release_threshold_bytes=1048576");  // a GPU shared with others
+  ServerUnderTest gpu(dir.path() / "data", flags);
   ASSERT_TRUE(gpu.started()) << gpu.Stderr();
   auto stub = v1::ManyShot::NewStub(gpu.Channel());
   auto created = CreateTask(*stub, "a", Sst2Spec(), Sst2Demonstrations(4));
@@ -134,6 +136,9 @@ TEST(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
   EXPECT_EQ(status.status(), HealthCheckResponse::SERVING);
   gpu.StopCleanly();
   EXPECT_EQ(gpu.Stderr().find("device fault"), std::string::npos) << gpu.Stderr();
+  EXPECT_NE(gpu.Stderr().find("cuda: the memory pool keeps at most 1048576 freed bytes"),
+            std::string::npos)
+      << gpu.Stderr();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // every later op fails too, as on a GPU whose context an illegal address killed.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "engine/core/backend.h"
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/cuda/device_fault.h"
+#include "engine/cuda/memory_pool.h"
 
 namespace manyshot {
 namespace {
@@ -61,6 +63,15 @@ TEST_F(EmulatedDeviceFaultTest, AFaultFailsTheOpIsRecordedAndEveryLaterOpFails) 
   EXPECT_FALSE(backend_->CopyToHost(x, out.data()).ok());
   EXPECT_FALSE(backend_->Allocate(DType::kF32, {4}).ok());
   EXPECT_EQ(CudaDeviceFault(), fault);
+}
+
+// The pool's release threshold is an operator's choice (--gpu_pool_release_threshold_bytes).
+TEST(EmulatedMemoryPoolTest, TheReleaseThresholdIsSetOnTheDevicesPool) {
+  ASSERT_TRUE(SetCudaPoolReleaseThreshold(0, 1 << 20).ok());
+  EXPECT_EQ(simt::PoolReleaseThreshold(), uint64_t{1} << 20);
+  EXPECT_FALSE(SetCudaPoolReleaseThreshold(1, 0).ok());  // the emulator has device 0 only
+  ASSERT_TRUE(SetCudaPoolReleaseThreshold(0, UINT64_MAX).ok());
+  EXPECT_EQ(simt::PoolReleaseThreshold(), UINT64_MAX);
 }
 
 }  // namespace

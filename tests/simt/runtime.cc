@@ -378,9 +378,20 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* value) {
-  return pool != nullptr && value != nullptr ? cudaSuccess
-                                             : Refuse(cudaErrorInvalidValue, "pool attribute");
+namespace simt {
+std::atomic<uint64_t>& PoolReleaseThresholdValue() {
+  static std::atomic<uint64_t> threshold{0};  // CUDA's default
+  return threshold;
+}
+uint64_t PoolReleaseThreshold() { return PoolReleaseThresholdValue().load(); }
+}  // namespace simt
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (pool == nullptr || value == nullptr) return Refuse(cudaErrorInvalidValue, "pool attribute");
+  if (attr == cudaMemPoolAttrReleaseThreshold) {
+    simt::PoolReleaseThresholdValue() = *static_cast<const uint64_t*>(value);
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize() {

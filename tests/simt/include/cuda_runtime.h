@@ -135,6 +135,9 @@ void ResetDevice();
 // a kernel reading outside its memory would on a GPU. Called by cudaLaunchKernel.
 void InjectFaultAtNextLaunch();
 bool TakeInjectedFault();
+// The default pool's release threshold, as last set (cudaMemPoolSetAttribute); the emulated pool
+// never holds freed memory, so it only records it.
+uint64_t PoolReleaseThreshold();
 // Out-of-memory injection: while the file named by SIMT_OOM_FILE exists, every device allocation
 // (cudaMalloc, cudaMallocAsync) fails with cudaErrorMemoryAllocation, as on a full GPU; unlike a
 // fault it is not sticky.
