@@ -18,6 +18,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/model/config_keys.h"
 #include "engine/model/family_configs.h"
+#include "engine/model/model_dir_hints.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {
@@ -118,6 +119,11 @@ absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(config_json, ec)) {
+    const std::string hint = HfCacheRootHint(config_json.parent_path());
+    if (!hint.empty()) return absl::NotFoundError(absl::StrCat(file, " does not exist: ", hint));
+  }
   Json j;
   MANYSHOT_ASSIGN_OR_RETURN(j, config_keys::ReadJsonObject(config_json));
   KeyReader r(j, file);

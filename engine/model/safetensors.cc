@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/stable_hash.h"
+#include "engine/model/model_dir_hints.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {
@@ -218,9 +219,10 @@ absl::StatusOr<SafetensorsArchive> SafetensorsArchive::Open(
   std::error_code ec;
   if (std::filesystem::exists(single, ec)) return OpenFile(single);
   if (!std::filesystem::exists(index_path, ec)) {
-    return absl::NotFoundError(absl::StrCat(model_dir.string(),
-                                            ": neither model.safetensors nor "
-                                            "model.safetensors.index.json exists"));
+    const std::string hint = BinWeightsHint(model_dir);
+    return absl::NotFoundError(absl::StrCat(
+        model_dir.string(), ": neither model.safetensors nor model.safetensors.index.json exists",
+        hint.empty() ? "" : "; ", hint));
   }
   auto text = ReadSmallFile(index_path);
   if (!text.ok()) return text.status();
