@@ -43,6 +43,12 @@ class KeyReader {
     return it != obj_.end() && !it->is_null();
   }
 
+  // Present with the value null (transformers' way to turn an option with a default off).
+  bool IsNull(absl::string_view key) const {
+    auto it = obj_.find(key);
+    return it != obj_.end() && it->is_null();
+  }
+
   // A required integer (JSON integer, or a float with an integral value) that must be > 0.
   absl::StatusOr<int64_t> PositiveInt(absl::string_view key) const {
     if (!Has(key)) return Error(key, "is missing");

@@ -1,9 +1,9 @@
 // Parses Hugging Face config.json into ModelConfig, per family, with strict validation.
 //
 // Only the keys that change the forward pass are read. Everything else (torch_dtype,
-// transformers_version, ...) is ignored. Mistral/Qwen2 "sliding_window" is ignored on purpose:
-// our contexts are far below the window sizes those models ship with, and the structured-prompting
-// attention pattern is ours to define; a window would only matter beyond max_position_embeddings.
+// transformers_version, ...) is ignored. A sliding attention window (Mistral "sliding_window",
+// Qwen2 "use_sliding_window") is accepted only where it covers every position the model can hold:
+// attention then never reaches past it, and ignoring it is exact (see CheckSlidingWindow).
 #include "engine/model/model_config.h"
 
 #include <cstdio>
@@ -28,6 +28,44 @@ using Json = nlohmann::json;
 
 using config_keys::KeyReader;
 using config_keys::ShortestDecimal;
+
+// The window a family's config.json sets for its layers (0: none), with transformers' defaults:
+// MistralConfig's sliding_window defaults to 4096 (null turns it off); Qwen2 uses its window only
+// with use_sliding_window, and only on layers from max_window_layers on.
+absl::StatusOr<int64_t> SlidingWindow(const KeyReader& r, const ModelConfig& c) {
+  if (c.model_type == "qwen2") {
+    bool use = false;
+    MANYSHOT_ASSIGN_OR_RETURN(use, r.Bool("use_sliding_window", false));
+    if (!use) return 0;
+    int64_t first_layer = 28;
+    if (r.Has("max_window_layers")) {
+      MANYSHOT_ASSIGN_OR_RETURN(first_layer, r.Int("max_window_layers"));
+    }
+    if (first_layer >= c.num_layers) return 0;
+  } else if (c.model_type != "mistral") {
+    return 0;
+  }
+  if (r.IsNull("sliding_window")) return 0;
+  return r.OptionalPositiveInt("sliding_window", 4096);
+}
+
+// Sliding-window attention is not implemented. A window at least max_position_embeddings long
+// never hides a key (positions stay below max_position_embeddings), so such a model loads
+// exactly; a shorter one is refused rather than silently attended past.
+absl::Status CheckSlidingWindow(const KeyReader& r, const ModelConfig& c) {
+  int64_t window = 0;
+  MANYSHOT_ASSIGN_OR_RETURN(window, SlidingWindow(r, c));
+  if (window == 0 || window >= c.max_position_embeddings) return absl::OkStatus();
+  return r.Error(
+      "sliding_window",
+      absl::StrCat("is ", window, ", below max_position_embeddings ", c.max_position_embeddings,
+                   ": sliding-window attention is not supported, and ignoring the "
+                   "window would change the model's attention past ",
+                   window,
+                   " tokens; to serve contexts within the window, set "
+                   "\"max_position_embeddings\" to ",
+                   window, " or less in config.json"));
+}
 
 absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   c.architecture = Architecture::kLlama;
@@ -63,6 +101,7 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   // RoPE rotate-half pairs dimension i with i + head_dim/2.
   if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for RoPE");
   MANYSHOT_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(r));
+  if (absl::Status window = CheckSlidingWindow(r, c); !window.ok()) return window;
 
   if (c.model_type == "qwen2") {
     // Qwen2 always has q/k/v bias and never an o_proj bias; the config has no key for it.

@@ -117,6 +117,54 @@ TEST_F(ModelConfigTest, MistralIsLlamaArchitecture) {
   EXPECT_EQ(c->model_type, "mistral");
 }
 
+// Mistral-7B-v0.1: a 4096 window over 32768 positions would be silently attended past.
+TEST_F(ModelConfigTest, MistralWindowShorterThanPositionsIsRefused) {
+  nlohmann::json j = nlohmann::json::parse(kLlama);
+  j["model_type"] = "mistral";
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  auto c = Parse(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("key \"sliding_window\" is 4096, below max_position_embeddings 32768"));
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("set \"max_position_embeddings\" to 4096 or less in config.json"));
+  // The remedy the message names loads.
+  j["max_position_embeddings"] = 4096;
+  EXPECT_TRUE(Parse(j.dump()).ok());
+}
+
+TEST_F(ModelConfigTest, MistralWindowDefaultsAsTransformersDoes) {
+  nlohmann::json j = nlohmann::json::parse(kLlama);
+  j["model_type"] = "mistral";
+  j["max_position_embeddings"] = 8192;
+  j.erase("sliding_window");  // MistralConfig's default window is 4096
+  EXPECT_THAT(Parse(j.dump()).status().message(), HasSubstr("is 4096, below"));
+  j["sliding_window"] = nullptr;  // Mistral v0.2 and later: no window
+  EXPECT_TRUE(Parse(j.dump()).ok());
+  j["sliding_window"] = 0;
+  EXPECT_THAT(Parse(j.dump()).status().message(), HasSubstr("must be positive"));
+}
+
+TEST_F(ModelConfigTest, Qwen2WindowOnlyWhenUsedOnSomeLayer) {
+  nlohmann::json j = nlohmann::json::parse(kQwen2);
+  j["sliding_window"] = 4096;
+  EXPECT_TRUE(Parse(j.dump()).ok());  // use_sliding_window false
+  j["use_sliding_window"] = true;
+  j["max_window_layers"] = 24;  // the window starts past the last of the 24 layers
+  EXPECT_TRUE(Parse(j.dump()).ok());
+  j["max_window_layers"] = 21;
+  EXPECT_THAT(Parse(j.dump()).status().message(),
+              HasSubstr("key \"sliding_window\" is 4096, below max_position_embeddings 32768"));
+  j["sliding_window"] = 32768;
+  EXPECT_TRUE(Parse(j.dump()).ok());
+}
+
+TEST_F(ModelConfigTest, LlamaIgnoresWindowKeys) {
+  EXPECT_TRUE(ParseLlamaWith("sliding_window", 16).ok());
+}
+
 TEST_F(ModelConfigTest, Qwen2HasQkvBiasButNoOutputBias) {
   auto c = Parse(kQwen2);
   ASSERT_TRUE(c.ok()) << c.status();
