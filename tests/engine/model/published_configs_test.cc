@@ -1,0 +1,137 @@
+// The config.json of published checkpoints, transcribed key for key (their weights cannot be
+// downloaded here): each loads with the shapes the checkpoint has, or is refused saying why.
+// docs/models.md lists these checkpoints; keep the two in step.
+#include <string>
+
+#include "engine/model/model_config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/model/temp_dir.h"
+
+namespace manyshot {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TempDir;
+using testing::WriteFile;
+
+absl::StatusOr<ModelConfig> Parse(const std::string& text) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", text);
+  return ParseModelConfig(dir.path() / "config.json");
+}
+
+TEST(PublishedConfigTest, Gpt2) {
+  auto c = Parse(R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024,
+    "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1,
+    "summary_activation": null, "summary_first_dropout": 0.1, "summary_proj_to_labels": true,
+    "summary_type": "cls_index", "summary_use_proj": true,
+    "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+    "vocab_size": 50257})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kGpt2);
+  EXPECT_EQ(c->num_layers, 12);
+  EXPECT_EQ(c->head_dim, 64);
+}
+
+TEST(PublishedConfigTest, Qwen25_0_5B) {
+  auto c = Parse(R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+    "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+    "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->tie_word_embeddings);
+}
+
+TEST(PublishedConfigTest, SmolLM2_135M) {
+  auto c = Parse(R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu",
+    "hidden_size": 576, "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+    "is_llama_config": true, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": false, "rope_scaling": null,
+    "rope_theta": 100000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.1", "use_cache": true, "vocab_size": 49152})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_layers, 30);
+}
+
+TEST(PublishedConfigTest, TinyLlama_1_1B) {
+  auto c = Parse(R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 2048,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 22,
+    "num_key_value_heads": 4, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.35.0", "use_cache": true, "vocab_size": 32000})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 4);
+}
+
+TEST(PublishedConfigTest, Llama32_1B) {
+  auto c = Parse(R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16,
+    "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_TRUE(c->tie_word_embeddings);
+}
+
+// v0.1 ships a 4096 window over 32768 positions: refused with the remedy.
+TEST(PublishedConfigTest, Mistral7Bv01IsRefusedForItsWindow) {
+  auto c = Parse(R"({"architectures": ["MistralForCausalLM"], "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0", "use_cache": true, "vocab_size": 32000})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("\"sliding_window\" is 4096"));
+}
+
+TEST(PublishedConfigTest, Mistral7Bv03) {
+  auto c = Parse(R"({"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.0.dev0", "use_cache": true, "vocab_size": 32768})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);
+}
+
+// Families not served yet: refused naming the model_type.
+TEST(PublishedConfigTest, PythiaIsRefusedNamingItsFamily) {
+  auto c = Parse(R"({"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0,
+    "eos_token_id": 0, "hidden_act": "gelu", "hidden_size": 512, "initializer_range": 0.02,
+    "intermediate_size": 2048, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+    "model_type": "gpt_neox", "num_attention_heads": 8, "num_hidden_layers": 6,
+    "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": false,
+    "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": true,
+    "use_parallel_residual": true, "vocab_size": 50304})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("unsupported value \"gpt_neox\""));
+}
+
+}  // namespace
+}  // namespace manyshot
