@@ -194,5 +194,31 @@ TEST(ServerModelTest, GivenModelDirAndTruncatedWeights) {
   EXPECT_NE(result.err.find(weights.string()), std::string::npos) << result.err;
 }
 
+// The near misses a new user brings get what to do, not only what is wrong.
+TEST(ServerModelTest, PytorchBinOnlyDirectoryGetsTheConversionCommand) {
+  TempDir dir;
+  const fs::path copy = CopyOfTheDefaultModel(dir.path());
+  ASSERT_FALSE(copy.empty());
+  fs::remove(copy / "model.safetensors");
+  std::ofstream(copy / "pytorch_model.bin") << "not read";
+  CommandResult result = RunServer(dir.path(), {"--model_dir=" + copy.string()});
+  EXPECT_EQ(result.exit_status, 1);
+  EXPECT_NE(result.err.find("PyTorch .bin weights only"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("from safetensors.torch import save_file"), std::string::npos)
+      << result.err;
+}
+
+TEST(ServerModelTest, HuggingFaceCacheRootPointsAtTheSnapshot) {
+  TempDir dir;
+  const fs::path root = dir.path() / "models--Org--Name";
+  const fs::path snapshot = root / "snapshots" / "0123abcd";
+  fs::create_directories(snapshot);
+  fs::create_directories(root / "blobs");
+  CommandResult result = RunServer(dir.path(), {"--model_dir=" + root.string()});
+  EXPECT_EQ(result.exit_status, 1);
+  EXPECT_NE(result.err.find("Hugging Face cache root"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(snapshot.string()), std::string::npos) << result.err;
+}
+
 }  // namespace
 }  // namespace manyshot::testing
