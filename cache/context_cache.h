@@ -95,7 +95,7 @@ struct CacheStats {
 };
 
 using EncodeFn = std::function<absl::StatusOr<EncodedContext>()>;
-// Checks a restored context against the task (IclTask::CheckContext); may be empty.
+// Checks a restored context against its task (the engine task's CheckContext); may be empty.
 using ValidateFn = std::function<absl::Status(const EncodedContext&)>;
 
 class ContextCache {

@@ -12,11 +12,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "cache/cache_key.h"
 #include "cache/disk_families.h"
 #include "cache/disk_space.h"
 #include "cache/kv_stream.h"
 #include "cache/sst_salvage.h"
+#include "engine/task/cache_key.h"
 
 namespace manyshot {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/backend.h"
-#include "engine/prompting/context_encoder.h"
+#include "engine/task/encoded_context.h"
 
 namespace manyshot {
 

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/prompting/context_encoder.h"
+#include "engine/task/encoded_context.h"
 
 namespace manyshot {
 

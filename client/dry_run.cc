@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "engine/prompting/prompt_template.h"
+#include "engine/task/prompt_template.h"
 
 namespace manyshot::client {
 namespace {

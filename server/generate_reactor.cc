@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/prompting/query_room.h"
+#include "engine/task/query_room.h"
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "server/request_parser.h"

@@ -89,7 +89,7 @@ struct ServerConfig {
   // Context tokens a T5 task encodes again for every input (its demonstrations' segment tokens,
   // k x S at most): one input's compute and memory grow with it, so a task above it is refused.
   uint64_t max_query_context_tokens = 262144;
-  // 0: derived from the model's context length (engine/prompting/query_room.h).
+  // 0: derived from the model's context length (engine/task/query_room.h).
   uint32_t default_max_query_tokens = 0;
   uint32_t default_max_answer_tokens = 0;
 };

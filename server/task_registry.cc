@@ -4,10 +4,11 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "cache/cache_key.h"
+#include "engine/prompting/icl_cache_key.h"
 #include "engine/prompting/icl_served_task.h"
 #include "engine/t5/prompt_modes.h"
 #include "engine/t5/t5_task.h"
+#include "engine/task/cache_key.h"
 #include "server/grpc_status.h"
 #include "server/t5_task_spec.h"
 #include "server/task_spec.h"

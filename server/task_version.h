@@ -14,7 +14,7 @@
 #include "cache/memory_tier.h"
 #include "cache/task_record.h"
 #include "engine/prompting/icl_task.h"
-#include "engine/prompting/served_task.h"
+#include "engine/task/served_task.h"
 #include "manyshot/internal/stored_task.pb.h"
 
 namespace manyshot::server {

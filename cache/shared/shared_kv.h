@@ -1,7 +1,7 @@
 // KV files in the shared directory: ROOT/kv/<cache key>.kv, immutable once published. The cache
-// key is a hash of everything that determines the KV (cache/cache_key.h), so a name always stands
-// for the same tensors; the file carries its own blob header (cache/blob_format.h: shapes, dtype
-// and an XXH3-64 of every chunk), and every read verifies the chunks it returns, so a damaged
+// key is a hash of everything that determines the KV (engine/task/cache_key.h), so a name always
+// stands for the same tensors; the file carries its own blob header (cache/blob_format.h: shapes,
+// dtype and an XXH3-64 of every chunk), and every read verifies the chunks it returns, so a damaged
 // file is reported (DATA_LOSS), never served. Layout: "MSKVSHR1", the header's length (u64 LE),
 // the header, the payload (every layer's K then V, in the header's dtype).
 #pragma once

@@ -45,11 +45,6 @@ std::vector<int32_t> ContextPositions(const GroupLayout& layout) {
   return positions;
 }
 
-size_t EncodedContext::bytes() const {
-  size_t per_row = kv.k.empty() ? 0 : kv.k.front().RowBytes();
-  return 2 * kv.k.size() * static_cast<size_t>(tokens) * per_row;
-}
-
 absl::StatusOr<EncodedContext> EncodeGroups(const Transformer& model, const GroupLayout& layout,
                                             int32_t bos_id, int64_t groups_per_pass,
                                             const EncodeProgress& progress) {

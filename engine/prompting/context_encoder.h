@@ -9,18 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "engine/prompting/groups.h"
+#include "engine/task/encoded_context.h"
 #include "engine/transformer/transformer.h"
 
 namespace manyshot {
-
-struct EncodedContext {
-  ContextKv kv;              // per layer [tokens, kv_heads, head_dim]
-  int64_t groups = 0;        // M
-  int64_t group_length = 0;  // L
-  int64_t tokens = 0;        // context tokens (== kv.len)
-  // Exact bytes of the K/V tensors: 2 * layers * tokens * kv_heads * head_dim * sizeof(kv dtype).
-  size_t bytes() const;
-};
 
 // Called after each batch of groups: (groups encoded so far, total groups, tokens so far).
 using EncodeProgress = std::function<void(int64_t, int64_t, int64_t)>;

@@ -7,11 +7,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/task/task_options.h"
 
 namespace manyshot {
-
-enum class Alignment : uint8_t { kTruncate = 0, kAttentionMask = 1, kPadSpace = 2 };
-enum class LongDemonstrationPolicy : uint8_t { kReject = 0, kTruncate = 1 };
 
 inline constexpr int32_t kMaskedSlot = -1;
 

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "engine/prompting/icl_task.h"
-#include "engine/prompting/served_task.h"
+#include "engine/task/served_task.h"
 
 namespace manyshot {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/prompting/query_room.h"
+#include "engine/task/query_room.h"
 
 namespace manyshot {
 namespace {
@@ -20,16 +20,6 @@ std::map<std::string, std::string> AllFields(const PromptTemplate& t, const std:
 }
 
 }  // namespace
-
-std::vector<double> Softmax(const std::vector<double>& values) {
-  std::vector<double> out(values.size());
-  if (values.empty()) return out;
-  double max = *std::max_element(values.begin(), values.end());
-  double sum = 0;
-  for (size_t i = 0; i < values.size(); ++i) sum += out[i] = std::exp(values[i] - max);
-  for (double& v : out) v /= sum;
-  return out;
-}
 
 absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
     const Transformer& model, const Tokenizer& tokenizer, TaskOptions options,

@@ -13,70 +13,18 @@
 
 #include "absl/status/statusor.h"
 #include "engine/prompting/context_encoder.h"
-#include "engine/prompting/example.h"
 #include "engine/prompting/generation.h"
 #include "engine/prompting/groups.h"
-#include "engine/prompting/input_truncation.h"
-#include "engine/prompting/prompt_template.h"
 #include "engine/prompting/query_runner.h"
+#include "engine/task/example.h"
+#include "engine/task/input_truncation.h"
+#include "engine/task/prompt_template.h"
+#include "engine/task/results.h"
+#include "engine/task/task_options.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/transformer/transformer.h"
 
 namespace manyshot {
-
-enum class PromptMode : uint8_t { kStructured = 0, kConventional = 1, kParallel = 2 };
-
-struct TaskOptions {
-  std::string input_template;
-  std::string answer_template = " {label}";
-  std::string separator = "\n\n";
-  std::vector<std::string> labels;
-  uint64_t shuffle_seed = 0;
-  int64_t group_length = 0;  // 0: context length - max_query_tokens - max_answer_tokens
-  Alignment alignment = Alignment::kTruncate;
-  PromptMode mode = PromptMode::kStructured;
-  double rescale_factor = 0;  // 0: M
-  LongDemonstrationPolicy long_demonstrations = LongDemonstrationPolicy::kReject;
-  bool calibrate = false;
-  std::string calibration_text = "N/A";
-  // Room after the context for a query and its answer; 0: derived from the model's context
-  // length (engine/prompting/query_room.h).
-  int64_t max_query_tokens = 128;
-  int64_t max_answer_tokens = 32;
-  // What a query longer than max_query_tokens gets when its request does not say.
-  InputTruncation input_truncation = InputTruncation::kNone;
-  // Most bytes a rendered input may have (a demonstration's or a query's input template filled
-  // in), checked before rendering; the server passes --max_input_bytes.
-  size_t max_rendered_bytes = 64 * 1024;
-};
-
-// Per-request overrides of the task's mode, factor and input truncation.
-struct QueryOverrides {
-  std::optional<PromptMode> mode;
-  std::optional<double> rescale_factor;
-  std::optional<InputTruncation> truncation;
-};
-
-struct LabelResult {
-  CandidateScore score;
-  double probability = 0;
-  double calibrated_probability = 0;  // == probability when the task does not calibrate
-};
-
-struct ClassifyResult {
-  std::vector<LabelResult> labels;
-  int64_t prediction = 0;      // calibrated when the task calibrates
-  int64_t raw_prediction = 0;  // argmax of the mean log-prob
-  int64_t input_tokens = 0;
-  int64_t truncated_tokens = 0;  // removed from the input to fit max_query_tokens
-};
-
-struct ChoiceResult {
-  std::vector<CandidateScore> candidates;
-  std::vector<double> probabilities;
-  int64_t best = 0;
-  int64_t truncated_tokens = 0;  // removed from the input to fit max_query_tokens
-};
 
 class IclTask {
  public:
@@ -179,8 +127,5 @@ class IclTask {
   Tensor context_positions_;  // kI32: ContextPositions(layout_) on the model's backend
   std::map<std::pair<int, double>, std::vector<double>> calibration_cache_;
 };
-
-// Softmax of values (in double).
-std::vector<double> Softmax(const std::vector<double>& values);
 
 }  // namespace manyshot

@@ -37,17 +37,6 @@ QueryPlacement ConventionalPlacement(int64_t window_tokens_with_bos) {
   return p;
 }
 
-std::vector<double> LogSoftmax(const float* logits, int64_t vocab) {
-  double max = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) max = std::max(max, static_cast<double>(logits[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
-  const double lse = max + std::log(sum);
-  std::vector<double> out(vocab);
-  for (int64_t i = 0; i < vocab; ++i) out[i] = static_cast<double>(logits[i]) - lse;
-  return out;
-}
-
 // Log-probability of `token` given a logits row, without materialising the whole distribution.
 static double TokenLogProb(const float* logits, int64_t vocab, int32_t token) {
   double max = -INFINITY;

@@ -8,6 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/prompting/context_encoder.h"
+#include "engine/task/probabilities.h"
+#include "engine/task/results.h"
 #include "engine/transformer/transformer.h"
 
 namespace manyshot {
@@ -25,18 +27,6 @@ QueryPlacement StructuredPlacement(int64_t group_length, double factor);
 // CONVENTIONAL: no own bos, q_1 right after the window (which holds bos), plain attention.
 QueryPlacement ConventionalPlacement(int64_t window_tokens_with_bos);
 
-struct CandidateScore {
-  double sum_logprob = 0;
-  double mean_logprob = 0;
-  int64_t tokens = 0;
-};
-
-struct QueryWithCandidates {
-  std::vector<int32_t> query;                    // q_1..q_T (no bos)
-  std::vector<std::vector<int32_t>> candidates;  // each non-empty
-  int64_t truncated_tokens = 0;                  // removed from the input to fit its room
-};
-
 // The most logits rows (and K/V copies of queries) one continuation pass of ScoreCandidates
 // computes: a request with many long labels runs several passes instead of holding a
 // vocabulary-sized row for every label token of every input at once.
@@ -48,9 +38,6 @@ inline constexpr size_t kMaxScoredRowsPerPass = 256;
 absl::StatusOr<std::vector<std::vector<CandidateScore>>> ScoreCandidates(
     const Transformer& model, const EncodedContext* context, const QueryPlacement& placement,
     int32_t bos_id, const std::vector<QueryWithCandidates>& items);
-
-// Natural-log softmax of one logits row, in double.
-std::vector<double> LogSoftmax(const float* logits, int64_t vocab);
 
 // A query (or a partial generation) being extended token by token.
 class QueryState {

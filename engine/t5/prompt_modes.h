@@ -34,10 +34,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/prompting/generation.h"
-#include "engine/prompting/groups.h"
 #include "engine/t5/t5_model.h"
 #include "engine/t5/t5_scoring.h"
+#include "engine/task/generation_params.h"
+#include "engine/task/task_options.h"
 
 namespace manyshot {
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "engine/prompting/generation_search.h"
-#include "engine/prompting/query_runner.h"
+#include "engine/task/generation_search.h"
+#include "engine/task/probabilities.h"
 
 namespace manyshot {
 namespace {

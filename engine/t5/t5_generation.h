@@ -1,7 +1,7 @@
 // Generation from T5's decoder with the decoder-only models' options and exact semantics
 // (GenerationParams; docs/structured_prompting.md, "Generation"): greedy decoding, or beam search
 // of width k with a length penalty, eos and stop strings. The search is the decoder-only one
-// (engine/prompting/generation_search.h); only the decoding state is T5's. Every beam of an input
+// (engine/task/generation_search.h); only the decoding state is T5's. Every beam of an input
 // reads that input's cross-attention K/V from the one encoder output (never copied); each beam owns
 // its decoder self-attention cache, copied from its parent's when the beam is extended, so beams
 // that share a prefix never write into each other's rows. Each step decodes every live beam in
@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "engine/prompting/generation.h"
 #include "engine/t5/t5_model.h"
+#include "engine/task/generation_params.h"
 
 namespace manyshot {
 

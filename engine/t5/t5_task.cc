@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "engine/prompting/query_room.h"
+#include "engine/task/probabilities.h"
+#include "engine/task/query_room.h"
 
 namespace manyshot {
 namespace {

@@ -20,11 +20,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/prompting/icl_task.h"
-#include "engine/prompting/prompt_template.h"
-#include "engine/prompting/served_task.h"
 #include "engine/t5/prompt_modes.h"
 #include "engine/t5/t5_model.h"
+#include "engine/task/example.h"
+#include "engine/task/input_truncation.h"
+#include "engine/task/prompt_template.h"
+#include "engine/task/served_task.h"
+#include "engine/task/task_options.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace manyshot {

@@ -1,5 +1,6 @@
 // Content-addressed keys: equal inputs give equal keys; a change in any input gives another key.
-#include "cache/cache_key.h"
+#include "engine/task/cache_key.h"
+#include "engine/prompting/icl_cache_key.h"
 
 #include <functional>
 #include <set>

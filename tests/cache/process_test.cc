@@ -13,8 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "cache/cache_key.h"
 #include "cache/context_cache.h"
+#include "engine/prompting/icl_cache_key.h"
+#include "engine/task/cache_key.h"
 #include "gtest/gtest.h"
 #include "tests/cache/support/cache_test_support.h"
 #include "tests/engine/support/golden_models.h"

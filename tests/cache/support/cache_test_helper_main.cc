@@ -10,8 +10,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "cache/cache_key.h"
 #include "cache/context_cache.h"
+#include "engine/prompting/icl_cache_key.h"
+#include "engine/task/cache_key.h"
 #include "tests/cache/support/cache_test_support.h"
 #include "tests/engine/support/golden_models.h"
 

@@ -1,6 +1,6 @@
 // TruncateInput and FitQuery against a counter whose answers can be worked out by hand (one token
 // per byte of the rendered input), so each cut can be checked exactly.
-#include "engine/prompting/input_truncation.h"
+#include "engine/task/input_truncation.h"
 
 #include "gtest/gtest.h"
 

@@ -1,13 +1,10 @@
-#include "cache/cache_key.h"
+#include "engine/task/cache_key.h"
 
 #include <xxhash.h>
 
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "engine/prompting/icl_task.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/transformer/transformer.h"
 
 namespace manyshot {
 namespace {
@@ -66,31 +63,6 @@ std::string ComputeCacheKey(const CacheKeyInputs& in) {
   c.Str(in.sharing_scope);
   const XXH128_hash_t h = XXH3_128bits(c.bytes().data(), c.bytes().size());
   return absl::StrFormat("%016x%016x", h.high64, h.low64);
-}
-
-CacheKeyInputs KeyInputsForTask(const Transformer& model, const Tokenizer& tokenizer,
-                                const IclTask& task, DType kv_dtype,
-                                const std::string& sharing_scope) {
-  CacheKeyInputs in;
-  in.model_fingerprint = model.fingerprint();
-  in.tokenizer_fingerprint = tokenizer.fingerprint();
-  const auto& tokens = task.demonstration_tokens();
-  for (int64_t i : task.layout().order) in.demonstrations.push_back(tokens[i]);
-  const TaskOptions& o = task.options();
-  in.input_template = o.input_template;
-  in.answer_template = o.answer_template;
-  in.separator = o.separator;
-  in.group_length = task.layout().group_length;
-  in.alignment = o.alignment;
-  in.long_demonstrations = o.long_demonstrations;
-  in.kv_dtype = kv_dtype;
-  in.sharing_scope = sharing_scope;
-  return in;
-}
-
-std::string CacheKeyForTask(const Transformer& model, const Tokenizer& tokenizer,
-                            const IclTask& task, DType kv_dtype, const std::string& sharing_scope) {
-  return ComputeCacheKey(KeyInputsForTask(model, tokenizer, task, kv_dtype, sharing_scope));
 }
 
 }  // namespace manyshot

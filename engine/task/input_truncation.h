@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/prompting/example.h"
+#include "engine/task/example.h"
 
 namespace manyshot {
 

@@ -8,13 +8,9 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
-#include "engine/prompting/groups.h"
+#include "engine/task/task_options.h"
 
 namespace manyshot {
-
-class IclTask;
-class Tokenizer;
-class Transformer;
 
 // Bumped whenever the blob layout, the encoding rules or the fingerprints change, so old blobs are
 // never reused. 2: model and tokenizer fingerprints are XXH3 (engine/core/stable_hash.h). 3: KV
@@ -44,15 +40,5 @@ struct CacheKeyInputs {
 
 // 32 lowercase hex digits of XXH3_128 over the canonical serialization of `inputs`.
 std::string ComputeCacheKey(const CacheKeyInputs& inputs);
-
-// The inputs of a prepared task (its demonstrations in packing order, its options).
-CacheKeyInputs KeyInputsForTask(const Transformer& model, const Tokenizer& tokenizer,
-                                const IclTask& task, DType kv_dtype,
-                                const std::string& sharing_scope = "");
-
-// Convenience: ComputeCacheKey(KeyInputsForTask(...)).
-std::string CacheKeyForTask(const Transformer& model, const Tokenizer& tokenizer,
-                            const IclTask& task, DType kv_dtype,
-                            const std::string& sharing_scope = "");
 
 }  // namespace manyshot

@@ -1,7 +1,7 @@
 // The search of docs/structured_prompting.md, "Generation" (greedy decoding and beam search),
 // written once over any decoding state, so that the decoder-only models (QueryState,
-// generation.h) and T5's decoder (engine/t5/t5_generation.h) generate with exactly the same
-// semantics. Deterministic: ties break toward lower beam index, then lower token id.
+// engine/prompting/generation.h) and T5's decoder (engine/t5/t5_generation.h) generate with exactly
+// the same semantics. Deterministic: ties break toward lower beam index, then lower token id.
 //
 // A State is a hypothesis being extended token by token:
 //   const std::vector<double>& next_logprobs() const;   // natural log, over the vocabulary
@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/prompting/generation.h"
+#include "engine/task/generation_params.h"
 
 namespace manyshot {
 namespace generation_internal {

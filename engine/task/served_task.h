@@ -5,11 +5,16 @@
 // one wiring path for both.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/prompting/icl_task.h"
+#include "engine/task/encoded_context.h"
+#include "engine/task/example.h"
+#include "engine/task/generation_params.h"
+#include "engine/task/results.h"
+#include "engine/task/task_options.h"
 
 namespace manyshot {
 

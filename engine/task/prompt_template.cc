@@ -1,4 +1,4 @@
-#include "engine/prompting/prompt_template.h"
+#include "engine/task/prompt_template.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "engine/prompting/input_truncation.h"
+#include "engine/task/input_truncation.h"
 
 #include <algorithm>
 #include <vector>
