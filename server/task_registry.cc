@@ -343,9 +343,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   stats->set_effective_rescale_factor(task->default_factor());
   stats->set_max_query_tokens(static_cast<uint32_t>(task->options().max_query_tokens));
   stats->set_max_answer_tokens(static_cast<uint32_t>(task->options().max_answer_tokens));
-  const ModelConfig& c = model_.transformer->config();
-  stats->set_cache_bytes(2ull * c.num_layers * layout.context_tokens * c.num_kv_heads * c.head_dim *
-                         DTypeSize(cache_.storage_dtype()));
+  stats->set_cache_bytes(task->ContextBytes(cache_.storage_dtype()));
 
   version->record.task_id = RecordId(tenant, task_id);
   version->record.tenant = tenant;

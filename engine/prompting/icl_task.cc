@@ -113,6 +113,12 @@ absl::Status IclTask::CheckContext(const EncodedContext& context) const {
   return absl::OkStatus();
 }
 
+size_t IclTask::ContextBytes(DType kv_dtype) const {
+  const ModelConfig& c = model_.config();
+  return 2ull * c.num_layers * layout_.context_tokens * c.num_kv_heads * c.head_dim *
+         DTypeSize(kv_dtype);
+}
+
 double IclTask::default_factor() const {
   if (options_.mode == PromptMode::kParallel) return 1.0;
   return options_.rescale_factor > 0 ? options_.rescale_factor

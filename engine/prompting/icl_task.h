@@ -47,6 +47,9 @@ class IclTask {
   int64_t demonstrations() const { return static_cast<int64_t>(demo_tokens_.size()); }
   // The factor used for STRUCTURED queries without an override.
   double default_factor() const;
+  // Bytes of the encoded context with its K/V stored in `kv_dtype`: what the cache keeps for it
+  // between queries.
+  size_t ContextBytes(DType kv_dtype) const;
 
   // Queries. `context` is this task's encoded context (unused, and may be null, in CONVENTIONAL
   // mode, whose window the task encodes and keeps itself on first use).

@@ -61,6 +61,13 @@ TEST(IclTaskTest, DemonstrationsAreRenderedAndTokenizedInOneCall) {
   EXPECT_TRUE(task->CheckContext(task.context).ok());
 }
 
+// What the registry reports as a task's cache bytes: its context's K/V in the cache's dtype.
+TEST(IclTaskTest, ContextBytesAreTheEncodedContextInTheStorageDtype) {
+  auto task = PreparedSst2();
+  EXPECT_EQ(task->ContextBytes(DType::kF32), task.context.bytes());
+  EXPECT_EQ(task->ContextBytes(DType::kBF16), task.context.bytes() / 2);
+}
+
 TEST(IclTaskTest, ContinuationTokensFollowTheHarnessRule) {
   auto task = PreparedSst2();
   auto c = task->ContinuationTokens("Sentence: great\nLabel:", " positive");
