@@ -94,28 +94,35 @@ void ExpectSameScores(const std::vector<double>& got, const std::vector<double>&
 
 // The parameter: "simt-cuda" (the emulated plugin) or "cuda" (the plugin the factory finds: a real
 // GPU; MANYSHOT_CUDA_PLUGIN, when the environment sets it, as for the server).
+// Each test skips where its device cannot run: no CUDA backend in this build, or (for "cuda") no
+// usable GPU, asked through the factory the server uses before any server starts. The emulator
+// runs each stream's work only when the server waits for it, as a GPU may
+// (tests/simt/include/cuda_runtime.h): a missing wait shows as wrong scores.
 class GpuServerTest : public ::testing::TestWithParam<std::string> {
  protected:
-  bool emulated() const { return GetParam() == "simt-cuda"; }
-};
-
-TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) {
+  void SetUp() override {
 #if !MANYSHOT_CUDA_ENABLED
-  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
-                  "CUDA plugin";
-#endif
-  // The emulator runs each stream's work only when the server waits for it, as a GPU may
-  // (tests/simt/include/cuda_runtime.h): a missing wait shows as wrong scores.
-  std::optional<ScopedEmulatedCudaPlugin> emulation;
-  if (emulated()) emulation.emplace(MANYSHOT_CUDA_SIMT_PLUGIN);
-  if (!emulated()) {
-    // Asked in this process, through the factory the server uses, before any server starts.
+    GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
+                    "CUDA plugin";
+#else
+    if (emulated()) {
+      emulation_.emplace(MANYSHOT_CUDA_SIMT_PLUGIN);
+      return;
+    }
     auto devices = CudaDevicesAvailable();
     if (!devices.ok() || *devices == 0) {
       GTEST_SKIP() << "no usable GPU: "
                    << (devices.ok() ? "no CUDA device" : devices.status().ToString());
     }
+#endif
   }
+  bool emulated() const { return GetParam() == "simt-cuda"; }
+
+ private:
+  std::optional<ScopedEmulatedCudaPlugin> emulation_;
+};
+
+TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) {
   TempDir dir;
   std::vector<double> cpu_a, cpu_b;
   {
@@ -186,19 +193,6 @@ TEST_P(GpuServerTest, ServesOnCudaThroughGpuHostAndDiskTiersAsTheCpuServerDoes) 
 // kernel is built for: the generic kernel, as the log says; 64, 80 and 128 run the flash kernel),
 // and the scores stay within bf16's rounding of the CPU's f32 ones.
 TEST_P(GpuServerTest, ByDefaultStoresBf16KvAndLogsTheAttentionKernel) {
-#if !MANYSHOT_CUDA_ENABLED
-  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
-                  "CUDA plugin";
-#endif
-  std::optional<ScopedEmulatedCudaPlugin> emulation;
-  if (emulated()) emulation.emplace(MANYSHOT_CUDA_SIMT_PLUGIN);
-  if (!emulated()) {
-    auto devices = CudaDevicesAvailable();
-    if (!devices.ok() || *devices == 0) {
-      GTEST_SKIP() << "no usable GPU: "
-                   << (devices.ok() ? "no CUDA device" : devices.status().ToString());
-    }
-  }
   TempDir dir;
   std::vector<double> cpu_scores;
   {
