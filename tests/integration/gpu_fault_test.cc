@@ -33,11 +33,18 @@ grpc::Status Classify(const ServerUnderTest& server, v1::ClassifyResponse* respo
   return stub->Classify(&context, ClassifyRequestFor("a", {"a delightful film"}), response);
 }
 
-TEST(GpuFaultTest, AStickyFaultTurnsHealthNotServingAndTheServerExitsNonZero) {
+// Both tests run a server on the emulated CUDA plugin: a build without the CUDA backend skips them.
+class GpuFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
 #if !MANYSHOT_CUDA_ENABLED
-  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
-                  "CUDA plugin";
+    GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
+                    "CUDA plugin";
 #endif
+  }
+};
+
+TEST_F(GpuFaultTest, AStickyFaultTurnsHealthNotServingAndTheServerExitsNonZero) {
   TempDir dir;
   const fs::path fault_file = dir.path() / "fault";
   ScopedEmulatedCudaPlugin emulation(MANYSHOT_CUDA_SIMT_PLUGIN);
@@ -98,11 +105,7 @@ TEST(GpuFaultTest, AStickyFaultTurnsHealthNotServingAndTheServerExitsNonZero) {
   restarted.StopCleanly();
 }
 
-TEST(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
-#if !MANYSHOT_CUDA_ENABLED
-  GTEST_SKIP() << "this build has no CUDA backend (no nvcc at configure time): nothing loads a "
-                  "CUDA plugin";
-#endif
+TEST_F(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
   TempDir dir;
   const fs::path oom_file = dir.path() / "oom";
   ScopedEmulatedCudaPlugin emulation(MANYSHOT_CUDA_SIMT_PLUGIN);
