@@ -44,9 +44,9 @@ test=(
   # the independent NumPy reference, and gRPC clients/reflection checks from Python
   python3-numpy python3-grpcio python3-protobuf
   curl ca-certificates openssl
-  # deploy/: a real Prometheus (and promtool) for the rules and dashboard tests, nginx as the
-  # task-affinity proxy, yamllint and PyYAML for the Kubernetes and Envoy checks
-  prometheus nginx yamllint python3-yaml
+  # deploy/: a real Prometheus (and promtool) for the rules and dashboard tests, nginx and
+  # HAProxy as the proxies, yamllint and PyYAML for the Kubernetes and Envoy checks
+  prometheus nginx haproxy yamllint python3-yaml
   # the container image test (tests/deploy/docker): a base image from debootstrap, built with
   # podman (no Docker daemon needed) and run from its mounted filesystem
   podman debootstrap
