@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -18,6 +19,7 @@
 #include "server/device_watch.h"
 #include "server/logging.h"
 #include "server/server_app.h"
+#include "server/shared_gc.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen_address, "127.0.0.1:50051",
@@ -26,6 +28,14 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics address host:port; port 0 picks a free port; empty disables");
 ABSL_FLAG(std::string, data_dir, "manyshot-data",
           "Directory for the RocksDB store and the generated default model");
+ABSL_FLAG(std::string, shared_dir, "",
+          "Directory every replica of a cluster mounts (the shared cache tier); empty: none");
+ABSL_FLAG(bool, gc, false,
+          "Collect the garbage of --shared_dir (old manifest versions, unreferenced KV files) "
+          "and exit");
+ABSL_FLAG(int64_t, gc_grace_seconds, 1800,
+          "--gc keeps what changed within this many seconds (replicas may still read it)");
+ABSL_FLAG(bool, gc_dry_run, false, "--gc reports what it would remove and removes nothing");
 ABSL_FLAG(std::string, model_dir, "",
           "Hugging Face model directory to serve; empty serves the generated tiny default model "
           "(random weights)");
@@ -241,6 +251,17 @@ int main(int argc, char** argv) {
   // Everything the server creates (the data directory, RocksDB, the generated model, the port
   // file) holds tenants' data or secrets: private to the server's user (0700/0600).
   ::umask(077);
+  if (absl::GetFlag(FLAGS_gc)) {
+    return manyshot::server::RunSharedGc(
+        {absl::GetFlag(FLAGS_shared_dir),
+         std::chrono::seconds(absl::GetFlag(FLAGS_gc_grace_seconds)),
+         absl::GetFlag(FLAGS_gc_dry_run)},
+        std::cout, std::cerr);
+  }
+  if (!absl::GetFlag(FLAGS_shared_dir).empty()) {
+    std::fprintf(stderr, "manyshot-server: --shared_dir serves only with --gc in this build\n");
+    return 2;
+  }
   manyshot::server::ServerConfig config = ConfigFromFlags();
 
   // Every flag is checked before any work (no data directory, model or port yet).
