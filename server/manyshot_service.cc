@@ -259,7 +259,7 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
     model->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
     model->set_head_dim(static_cast<uint32_t>(c.head_dim));
     model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
-    model->set_context_length(static_cast<uint32_t>(c.max_position_embeddings));
+    model->set_context_length(static_cast<uint32_t>(ContextLength(c)));
     model->set_weight_dtype(std::string(DTypeName(parts_.model->transformer->stored_dtype())));
     model->set_held_weight_dtype(std::string(DTypeName(parts_.model->transformer->weight_dtype())));
   }

@@ -2,8 +2,8 @@
 //
 // Only the keys that change the forward pass are read. Everything else (torch_dtype,
 // transformers_version, ...) is ignored. A sliding attention window (Mistral "sliding_window",
-// Qwen2 "use_sliding_window") is accepted only where it covers every position the model can hold:
-// attention then never reaches past it, and ignoring it is exact (see CheckSlidingWindow).
+// Qwen2 "use_sliding_window") shorter than the positions becomes ModelConfig::sliding_window: the
+// model is then served within it (ContextLength), where the window hides nothing.
 #include "engine/model/model_config.h"
 
 #include <cstdio>
@@ -49,22 +49,12 @@ absl::StatusOr<int64_t> SlidingWindow(const KeyReader& r, const ModelConfig& c) 
   return r.OptionalPositiveInt("sliding_window", 4096);
 }
 
-// Sliding-window attention is not implemented. A window at least max_position_embeddings long
-// never hides a key (positions stay below max_position_embeddings), so such a model loads
-// exactly; a shorter one is refused rather than silently attended past.
-absl::Status CheckSlidingWindow(const KeyReader& r, const ModelConfig& c) {
+// A window shorter than the positions is recorded; a longer one can never hide a key.
+absl::Status ReadSlidingWindow(const KeyReader& r, ModelConfig& c) {
   int64_t window = 0;
   MANYSHOT_ASSIGN_OR_RETURN(window, SlidingWindow(r, c));
-  if (window == 0 || window >= c.max_position_embeddings) return absl::OkStatus();
-  return r.Error(
-      "sliding_window",
-      absl::StrCat("is ", window, ", below max_position_embeddings ", c.max_position_embeddings,
-                   ": sliding-window attention is not supported, and ignoring the "
-                   "window would change the model's attention past ",
-                   window,
-                   " tokens; to serve contexts within the window, set "
-                   "\"max_position_embeddings\" to ",
-                   window, " or less in config.json"));
+  c.sliding_window = window < c.max_position_embeddings ? window : 0;
+  return absl::OkStatus();
 }
 
 absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
@@ -101,7 +91,7 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   // RoPE rotate-half pairs dimension i with i + head_dim/2.
   if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for RoPE");
   MANYSHOT_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(r));
-  if (absl::Status window = CheckSlidingWindow(r, c); !window.ok()) return window;
+  if (absl::Status window = ReadSlidingWindow(r, c); !window.ok()) return window;
 
   if (c.model_type == "qwen2") {
     // Qwen2 always has q/k/v bias and never an o_proj bias; the config has no key for it.
@@ -152,6 +142,22 @@ absl::Status ParseGpt2(const KeyReader& r, ModelConfig& c) {
   MANYSHOT_ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id"));
   MANYSHOT_ASSIGN_OR_RETURN(c.eos_token_id, r.TokenId("eos_token_id"));
   return absl::OkStatus();
+}
+
+// The keys that give back c.sliding_window (0: none) under SlidingWindow's defaults.
+void SlidingWindowToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
+  if (c.model_type == "qwen2") {
+    if (c.sliding_window == 0) return;
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = c.sliding_window;
+    j["max_window_layers"] = 0;
+  } else if (c.model_type == "mistral") {
+    if (c.sliding_window > 0) {
+      j["sliding_window"] = c.sliding_window;
+    } else if (c.max_position_embeddings > 4096) {
+      j["sliding_window"] = nullptr;  // MistralConfig's default window would apply
+    }
+  }
 }
 
 }  // namespace
@@ -236,6 +242,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
       j["attention_bias"] = c.attention_bias;
       j["mlp_bias"] = c.mlp_bias;
     }
+    SlidingWindowToJson(c, j);
   }
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;

@@ -41,11 +41,24 @@ struct ModelConfig {
   // Norms before each sublayer (pre-LN; every family but OPT's do_layer_norm_before: false, whose
   // post-LN layers norm after the residual add and have no final norm).
   bool pre_norm = true;
+  // The shortest sliding attention window of any layer when it is shorter than
+  // max_position_embeddings (Mistral v0.1, Qwen2 with use_sliding_window); 0 otherwise. The model
+  // is served within it (ContextLength), where a window hides no key.
+  int64_t sliding_window = 0;
   int64_t bos_token_id = -1;  // -1 when absent
   int64_t eos_token_id = -1;  // first id when config gives a list; -1 when absent
   std::string hidden_act;  // "silu" (llama), "gelu_new" (gpt2), "bloom_gelu" (bloom), "relu" (opt)
   std::string torch_dtype = "float32";  // informational: the stored dtype the config claims
 };
+
+// The positions a model serves: max_position_embeddings, or the sliding window W when shorter.
+// Positions below W are less than W apart, so a window never hides a key there: attention is the
+// windowed model's exactly, with no sliding-window kernel.
+inline int64_t ContextLength(const ModelConfig& c) {
+  return c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings
+             ? c.sliding_window
+             : c.max_position_embeddings;
+}
 
 // Parses `config_json` (a path to config.json). Errors name the file and the offending key.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config_json);

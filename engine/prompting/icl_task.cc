@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
     const Transformer& model, const Tokenizer& tokenizer, TaskOptions options,
     const std::vector<Example>& demonstrations) {
   std::unique_ptr<IclTask> task(new IclTask(model, tokenizer));
-  const int64_t context_length = model.config().max_position_embeddings;
+  const int64_t context_length = ContextLength(model.config());
   if (options.max_query_tokens == 0) options.max_query_tokens = DefaultQueryRoom(context_length);
   if (options.max_answer_tokens == 0) options.max_answer_tokens = DefaultAnswerRoom(context_length);
   if (options.max_query_tokens < 1 || options.max_answer_tokens < 1) {
@@ -37,7 +37,8 @@ absl::StatusOr<std::unique_ptr<IclTask>> IclTask::Prepare(
     return absl::InvalidArgumentError(absl::StrCat(
         "group_length ", options.group_length, " must be at least 2 and leave room for a query (",
         options.max_query_tokens, " tokens) and an answer (", options.max_answer_tokens,
-        " tokens) within the model's context length ", context_length));
+        " tokens) within the model's context length ", context_length,
+        model.config().sliding_window > 0 ? " (its sliding attention window)" : ""));
   }
   if (options.rescale_factor < 0 || (options.rescale_factor > 0 && options.rescale_factor < 1e-6)) {
     return absl::InvalidArgumentError(absl::StrCat("rescale_factor ", options.rescale_factor,

@@ -323,11 +323,17 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
     }
     begins.push_back(static_cast<int64_t>(ids.size()));
     for (size_t i = 0; i < seq.tokens.size(); ++i) {
-      if (seq.positions[i] < 0 ||
-          (learned_positions && seq.positions[i] >= c.max_position_embeddings)) {
+      const int32_t p = seq.positions[i];
+      if (p < 0 || (learned_positions && p >= c.max_position_embeddings)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("sequence ", s, " token ", i, ": position ", seq.positions[i],
-                         " is outside [0, ", c.max_position_embeddings, ") for this model"));
+            absl::StrCat("sequence ", s, " token ", i, ": position ", p, " is outside [0, ",
+                         c.max_position_embeddings, ") for this model"));
+      }
+      // Past the window, attention would have to hide keys: refused, never silently widened.
+      if (c.sliding_window > 0 && p >= c.sliding_window) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " token ", i, ": position ",
+                                                       p, " is outside [0, ", c.sliding_window,
+                                                       "), the model's sliding attention window"));
       }
     }
     const absl::Status rows_ok =

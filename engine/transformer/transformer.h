@@ -82,8 +82,9 @@ class Transformer {
   DType kv_dtype() const { return kv_dtype_; }
   // Matrix weights (TransformerOptions::weights).
   DType weight_dtype() const { return weight_dtype_; }
-  // Largest position id the model accepts (learned positions) or a practical bound (RoPE, ALiBi).
-  int64_t max_position() const { return config_.max_position_embeddings; }
+  // Positions the model serves (ContextLength): the learned table's rows, a practical bound (RoPE,
+  // ALiBi), or a sliding window, past which Forward refuses positions.
+  int64_t max_position() const { return ContextLength(config_); }
 
   // An empty cache in the KV dtype; `capacity` rows are allocated by the first forward pass.
   KvCache NewCache(int64_t capacity) const;

@@ -117,22 +117,22 @@ TEST_F(ModelConfigTest, MistralIsLlamaArchitecture) {
   EXPECT_EQ(c->model_type, "mistral");
 }
 
-// Mistral-7B-v0.1: a 4096 window over 32768 positions would be silently attended past.
-TEST_F(ModelConfigTest, MistralWindowShorterThanPositionsIsRefused) {
+// Mistral-7B-v0.1: a 4096 window over 32768 positions; served within the window.
+TEST_F(ModelConfigTest, MistralWindowShorterThanPositionsLimitsTheContext) {
   nlohmann::json j = nlohmann::json::parse(kLlama);
   j["model_type"] = "mistral";
   j["max_position_embeddings"] = 32768;
   j["sliding_window"] = 4096;
   auto c = Parse(j.dump());
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(),
-              HasSubstr("key \"sliding_window\" is 4096, below max_position_embeddings 32768"));
-  EXPECT_THAT(c.status().message(),
-              HasSubstr("set \"max_position_embeddings\" to 4096 or less in config.json"));
-  // The remedy the message names loads.
-  j["max_position_embeddings"] = 4096;
-  EXPECT_TRUE(Parse(j.dump()).ok());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->max_position_embeddings, 32768);  // RoPE scaling still sees the real value
+  EXPECT_EQ(ContextLength(*c), 4096);
+  // Written back, the window survives.
+  WriteFile(dir_.path() / "config.json", ModelConfigToJson(*c));
+  auto again = ParseModelConfig(dir_.path() / "config.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->sliding_window, 4096);
 }
 
 TEST_F(ModelConfigTest, MistralWindowDefaultsAsTransformersDoes) {
@@ -140,9 +140,15 @@ TEST_F(ModelConfigTest, MistralWindowDefaultsAsTransformersDoes) {
   j["model_type"] = "mistral";
   j["max_position_embeddings"] = 8192;
   j.erase("sliding_window");  // MistralConfig's default window is 4096
-  EXPECT_THAT(Parse(j.dump()).status().message(), HasSubstr("is 4096, below"));
+  EXPECT_EQ(Parse(j.dump())->sliding_window, 4096);
   j["sliding_window"] = nullptr;  // Mistral v0.2 and later: no window
-  EXPECT_TRUE(Parse(j.dump()).ok());
+  auto none = Parse(j.dump());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->sliding_window, 0);
+  EXPECT_EQ(ContextLength(*none), 8192);
+  // Written back, null stays null (not MistralConfig's default 4096).
+  WriteFile(dir_.path() / "config.json", ModelConfigToJson(*none));
+  EXPECT_EQ(ParseModelConfig(dir_.path() / "config.json")->sliding_window, 0);
   j["sliding_window"] = 0;
   EXPECT_THAT(Parse(j.dump()).status().message(), HasSubstr("must be positive"));
 }
@@ -150,19 +156,23 @@ TEST_F(ModelConfigTest, MistralWindowDefaultsAsTransformersDoes) {
 TEST_F(ModelConfigTest, Qwen2WindowOnlyWhenUsedOnSomeLayer) {
   nlohmann::json j = nlohmann::json::parse(kQwen2);
   j["sliding_window"] = 4096;
-  EXPECT_TRUE(Parse(j.dump()).ok());  // use_sliding_window false
+  EXPECT_EQ(Parse(j.dump())->sliding_window, 0);  // use_sliding_window false
   j["use_sliding_window"] = true;
   j["max_window_layers"] = 24;  // the window starts past the last of the 24 layers
-  EXPECT_TRUE(Parse(j.dump()).ok());
+  EXPECT_EQ(Parse(j.dump())->sliding_window, 0);
   j["max_window_layers"] = 21;
-  EXPECT_THAT(Parse(j.dump()).status().message(),
-              HasSubstr("key \"sliding_window\" is 4096, below max_position_embeddings 32768"));
-  j["sliding_window"] = 32768;
-  EXPECT_TRUE(Parse(j.dump()).ok());
+  auto windowed = Parse(j.dump());
+  ASSERT_TRUE(windowed.ok()) << windowed.status();
+  EXPECT_EQ(windowed->sliding_window, 4096);
+  EXPECT_EQ(ContextLength(*windowed), 4096);
+  WriteFile(dir_.path() / "config.json", ModelConfigToJson(*windowed));
+  EXPECT_EQ(ParseModelConfig(dir_.path() / "config.json")->sliding_window, 4096);
+  j["sliding_window"] = 32768;  // covers every position: no limit
+  EXPECT_EQ(Parse(j.dump())->sliding_window, 0);
 }
 
 TEST_F(ModelConfigTest, LlamaIgnoresWindowKeys) {
-  EXPECT_TRUE(ParseLlamaWith("sliding_window", 16).ok());
+  EXPECT_EQ(ParseLlamaWith("sliding_window", 16)->sliding_window, 0);
 }
 
 TEST_F(ModelConfigTest, Qwen2HasQkvBiasButNoOutputBias) {
