@@ -310,8 +310,16 @@ absl::StatusOr<Tensor> CudaBackend::AllocateImpl(DType dtype, std::vector<int64_
   MANYSHOT_CUDA_STATE(state);
   void* p = nullptr;
   const cudaError_t error = cudaMallocAsync(&p, size, state->stream);
-  if (error == cudaErrorMemoryAllocation) {
+  if (error != cudaSuccess) {
+    // The caller returns on this error with ops still queued on its stream that read tensors it
+    // is about to drop; another thread may drop the last reference and free them on its own
+    // stream, which does not wait for ours. Wait here, so nothing of this thread is in flight.
     (void)cudaGetLastError();
+    const cudaError_t drained = cudaStreamSynchronize(state->stream);
+    if (drained != cudaSuccess)
+      return CudaError("cudaStreamSynchronize after a failed allocation", drained);
+  }
+  if (error == cudaErrorMemoryAllocation) {
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
     return absl::ResourceExhaustedError(

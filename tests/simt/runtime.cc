@@ -81,6 +81,7 @@ namespace {
 
 std::atomic<cudaError_t> g_sticky{cudaSuccess};
 std::atomic<bool> g_fault_at_next_launch{false};
+std::atomic<bool> g_oom_at_next_allocation{false};
 thread_local cudaError_t t_work_error = cudaSuccess;
 
 // The device is dead from here on (the first fault is the one every call reports).
@@ -105,7 +106,10 @@ void SetWorkError(cudaError_t err) { t_work_error = err; }
 
 void InjectFaultAtNextLaunch() { g_fault_at_next_launch = true; }
 
+void InjectOutOfMemoryAtNextAllocation() { g_oom_at_next_allocation = true; }
+
 bool OutOfMemoryInjected() {
+  if (g_oom_at_next_allocation.exchange(false)) return true;
   static const char* file = std::getenv("SIMT_OOM_FILE");
   return file != nullptr && *file != '\0' && access(file, F_OK) == 0;
 }
@@ -130,6 +134,35 @@ cudaError_t SetMaxDynamicSmem(const void* fn, int bytes) {
   SmemLimits()[fn] = static_cast<size_t>(bytes);
   return cudaSuccess;
 }
+
+namespace {
+
+// Freed device memory stays reserved and inaccessible for the next kQuarantined frees, so work
+// that still reads or writes it (a kernel queued on another stream than the one that freed it)
+// crashes the test instead of reading whatever a later allocation put there.
+constexpr size_t kQuarantined = 256;
+
+void Quarantine(const Mapping& m) {
+  // A fresh inaccessible mapping in place gives the pages back and keeps the addresses taken.
+  void* same = mmap(m.base, m.length, PROT_NONE,
+                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (same == MAP_FAILED) {
+    munmap(m.base, m.length);
+    return;
+  }
+  static std::deque<Mapping> quarantined;
+  Mapping oldest;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    quarantined.push_back(m);
+    if (quarantined.size() <= kQuarantined) return;
+    oldest = quarantined.front();
+    quarantined.pop_front();
+  }
+  munmap(oldest.base, oldest.length);
+}
+
+}  // namespace
 
 void* DeviceAlloc(size_t bytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -158,7 +191,7 @@ void DeviceFree(void* p) {
     Mappings().erase(it);
     g_allocated -= m.used;
   }
-  munmap(m.base, m.length);
+  Quarantine(m);
 }
 
 namespace {

@@ -82,7 +82,8 @@ void SetCopyTiming(CopyTiming timing);
 // Device memory (cudaMallocAsync, and the tests' buffers): `bytes` rounded up to 16 end exactly
 // at an inaccessible page, so a kernel that reads or writes past the end of an allocation
 // crashes the test instead of reading a neighbour; the bytes start as 0xff (a NaN in f32, f16
-// and bf16, so what a kernel never wrote is recognisable).
+// and bf16, so what a kernel never wrote is recognisable). Freed memory stays inaccessible for
+// a while (runtime.cc: the last 256 frees), so a use after free crashes too.
 void* DeviceAlloc(size_t bytes);
 void DeviceFree(void* p);
 

@@ -140,7 +140,9 @@ bool TakeInjectedFault();
 uint64_t PoolReleaseThreshold();
 // Out-of-memory injection: while the file named by SIMT_OOM_FILE exists, every device allocation
 // (cudaMalloc, cudaMallocAsync) fails with cudaErrorMemoryAllocation, as on a full GPU; unlike a
-// fault it is not sticky.
+// fault it is not sticky. InjectOutOfMemoryAtNextAllocation fails only the next one (in-process
+// tests: an allocation failing in the middle of a sequence of ops).
+void InjectOutOfMemoryAtNextAllocation();
 bool OutOfMemoryInjected();
 // Work (a Submit callback) that fails may name its error here (on the thread that runs it);
 // otherwise a failure is an unspecified launch failure.
