@@ -110,6 +110,9 @@ TEST_F(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
   const fs::path oom_file = dir.path() / "oom";
   ScopedEmulatedCudaPlugin emulation(MANYSHOT_CUDA_SIMT_PLUGIN);
   ScopedEnv inject("SIMT_OOM_FILE", oom_file.c_str());
+  // Work runs when its stream is waited for, and freed memory stays inaccessible: a failure that
+  // left work queued over tensors another thread frees would crash the server.
+  ScopedEnv deferred("SIMT_DEFERRED_STREAMS", "1");
   std::vector<std::string> flags = EmulatedGpuFlags();
   flags.push_back("--gpu_pool_release_threshold_bytes=1048576");  // a GPU shared with others
   ServerUnderTest gpu(dir.path() / "data", flags);
@@ -120,13 +123,17 @@ TEST_F(GpuFaultTest, AnOutOfMemoryFailsTheRequestAndTheReplicaKeepsServing) {
   v1::ClassifyResponse before;
   ASSERT_TRUE(Classify(gpu, &before).ok());
 
-  std::ofstream(oom_file) << "full\n";  // every device allocation fails from now on
-  v1::ClassifyResponse during;
-  const grpc::Status failed = Classify(gpu, &during);
-  EXPECT_EQ(failed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << failed.error_message();
-  EXPECT_NE(failed.error_message().find("out of device memory"), std::string::npos)
-      << failed.error_message();
-  fs::remove(oom_file);
+  // Full from the request's first allocation, then from the middle of its forward pass.
+  for (const char* when : {"full\n", "after 6\n"}) {
+    SCOPED_TRACE(when);
+    std::ofstream(oom_file) << when;
+    v1::ClassifyResponse during;
+    const grpc::Status failed = Classify(gpu, &during);
+    EXPECT_EQ(failed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << failed.error_message();
+    EXPECT_NE(failed.error_message().find("out of device memory"), std::string::npos)
+        << failed.error_message();
+    fs::remove(oom_file);
+  }
 
   v1::ClassifyResponse after;
   const grpc::Status served = Classify(gpu, &after);

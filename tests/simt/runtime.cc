@@ -111,7 +111,19 @@ void InjectOutOfMemoryAtNextAllocation() { g_oom_at_next_allocation = true; }
 bool OutOfMemoryInjected() {
   if (g_oom_at_next_allocation.exchange(false)) return true;
   static const char* file = std::getenv("SIMT_OOM_FILE");
-  return file != nullptr && *file != '\0' && access(file, F_OK) == 0;
+  // Allocations since the file appeared: "after N" in it lets the first N of them succeed.
+  static std::atomic<int64_t> since_file{0};
+  if (file == nullptr || *file == '\0' || access(file, F_OK) != 0) {
+    since_file = 0;
+    return false;
+  }
+  int64_t allowed = 0;
+  if (FILE* f = std::fopen(file, "r")) {
+    long long n = 0;
+    if (std::fscanf(f, "after %lld", &n) == 1) allowed = n;
+    std::fclose(f);
+  }
+  return since_file.fetch_add(1) >= allowed;
 }
 
 bool TakeInjectedFault() {

@@ -139,8 +139,9 @@ bool TakeInjectedFault();
 // never holds freed memory, so it only records it.
 uint64_t PoolReleaseThreshold();
 // Out-of-memory injection: while the file named by SIMT_OOM_FILE exists, every device allocation
-// (cudaMalloc, cudaMallocAsync) fails with cudaErrorMemoryAllocation, as on a full GPU; unlike a
-// fault it is not sticky. InjectOutOfMemoryAtNextAllocation fails only the next one (in-process
+// (cudaMalloc, cudaMallocAsync) fails with cudaErrorMemoryAllocation, as on a full GPU (a file
+// that reads "after N": all but the first N allocations since it appeared); unlike a fault it is
+// not sticky. InjectOutOfMemoryAtNextAllocation fails only the next one (in-process
 // tests: an allocation failing in the middle of a sequence of ops).
 void InjectOutOfMemoryAtNextAllocation();
 bool OutOfMemoryInjected();
