@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/transformer/transformer.h"
+#include "engine/task/context_kv.h"
 
 namespace manyshot {
 

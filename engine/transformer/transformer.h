@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "engine/core/backend.h"
 #include "engine/model/model_config.h"
+#include "engine/task/context_kv.h"
 #include "engine/transformer/kv_cache.h"
 
 namespace manyshot {
@@ -31,16 +32,6 @@ struct ForwardSequence {
   float own_log_weight = 0.0f;
   int64_t weighted_from = 0;
   int64_t context_from = 0;
-};
-
-// Keys/values shared by all sequences of a pass, per layer [len, kv_heads, head_dim].
-struct ContextKv {
-  std::vector<Tensor> k, v;
-  int64_t len = 0;
-  float log_weight = 0.0f;
-  // kI32 [len]: the keys' position ids. ALiBi models need them (Forward refuses a context without
-  // them); the encoders (engine/prompting/context_encoder.h) always fill them.
-  Tensor positions;
 };
 
 // Dtypes of a loaded model: weights and activations in `compute` (f32 accumulation always), own
