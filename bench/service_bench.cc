@@ -32,8 +32,8 @@
 #include "engine/transformer/transformer.h"
 #include "grpcpp/grpcpp.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "server/api_to_engine.h"
 #include "server/server_config.h"
-#include "server/task_spec.h"
 
 namespace manyshot::bench {
 namespace {

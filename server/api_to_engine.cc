@@ -1,4 +1,4 @@
-#include "server/task_spec.h"
+#include "server/api_to_engine.h"
 
 #include <xxhash.h>
 
@@ -12,7 +12,6 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/grpc_status.h"
-#include "server/t5_task_spec.h"
 
 namespace manyshot::server {
 namespace {
@@ -40,7 +39,7 @@ absl::StatusOr<PromptMode> ToMode(v1::Mode mode, const std::string& what) {
     case v1::MODE_FID:
     case v1::MODE_ENSEMBLE:
     case v1::MODE_GROUP_FID:
-      // Task-level modes of encoder-decoder models (server/t5_task_spec.h reads spec.mode there);
+      // Task-level modes of encoder-decoder models (ToServedTaskOptions reads spec.mode for them);
       // a request overrides only to CONVENTIONAL.
       return absl::FailedPreconditionError(absl::StrCat(
           what, " ", ModeName(mode),
@@ -97,6 +96,11 @@ absl::Status CheckKvDtype(v1::KvDtype requested, const ServerConfig& config) {
 }
 
 }  // namespace
+
+std::string ModeName(v1::Mode mode) {
+  const std::string& full = v1::Mode_Name(mode);
+  return full.rfind("MODE_", 0) == 0 ? full.substr(5) : absl::StrCat(static_cast<int>(mode));
+}
 
 absl::Status ValidateTaskId(const std::string& task_id) {
   // Checked before a task id is used or echoed: messages name the offending byte, never repeat
@@ -174,7 +178,12 @@ absl::Status InRequestTerms(absl::Status status) {
   return field.empty() ? absl::InvalidArgumentError(message) : InvalidFieldError(field, message);
 }
 
-absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config) {
+namespace {
+
+// Every field of `spec` that TaskOptions holds but the mode, which each architecture reads its own
+// way.
+absl::StatusOr<TaskOptions> SharedTaskOptions(const v1::TaskSpec& spec,
+                                              const ServerConfig& config) {
   TaskOptions o;
   if (spec.input_template().empty()) {
     return absl::InvalidArgumentError(
@@ -220,9 +229,6 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
     default:
       return absl::InvalidArgumentError("spec.alignment is not a known alignment");
   }
-  auto mode = ToMode(spec.mode(), "spec.mode");
-  if (!mode.ok()) return mode.status();
-  o.mode = *mode;
   if (!std::isfinite(spec.rescale_factor()) || spec.rescale_factor() < 0) {
     return absl::InvalidArgumentError(
         "spec.rescale_factor must be 0 (the number of groups) or "
@@ -253,6 +259,79 @@ absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const Server
     if (!how.ok()) return how.status();
     o.input_truncation = *how;
   }
+  return o;
+}
+
+absl::StatusOr<std::optional<GroupAttention>> ToGroupAttention(v1::GroupAttention attention) {
+  switch (attention) {
+    case v1::GROUP_ATTENTION_UNSPECIFIED:
+      return std::nullopt;
+    case v1::GROUP_ATTENTION_SAICL:
+      return GroupAttention::kSaicl;
+    case v1::GROUP_ATTENTION_FULL:
+      return GroupAttention::kFull;
+    default:
+      return absl::InvalidArgumentError("spec.group_attention is not a known attention");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config) {
+  auto o = SharedTaskOptions(spec, config);
+  if (!o.ok()) return o.status();
+  auto mode = ToMode(spec.mode(), "spec.mode");
+  if (!mode.ok()) return mode.status();
+  o->mode = *mode;
+  return o;
+}
+
+absl::StatusOr<std::optional<ServedMode>> ToServedMode(v1::Mode mode) {
+  switch (mode) {
+    case v1::MODE_UNSPECIFIED:
+      return std::nullopt;
+    case v1::MODE_STRUCTURED:
+      return ServedMode::kStructured;
+    case v1::MODE_PARALLEL:
+      return ServedMode::kParallel;
+    case v1::MODE_CONVENTIONAL:
+      return ServedMode::kConventional;
+    case v1::MODE_SAICL:
+      return ServedMode::kSaicl;
+    case v1::MODE_FID:
+      return ServedMode::kFid;
+    case v1::MODE_ENSEMBLE:
+      return ServedMode::kEnsemble;
+    case v1::MODE_GROUP_FID:
+      return ServedMode::kGroupFid;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.mode ", static_cast<int>(mode), " is not a known mode"));
+  }
+}
+
+absl::StatusOr<ServedTaskOptions> ToServedTaskOptions(const v1::TaskSpec& spec,
+                                                      const ServerConfig& config) {
+  ServedTaskOptions o;
+  o.field_prefix = "spec.";
+  auto common = SharedTaskOptions(spec, config);
+  if (!common.ok()) return common.status();
+  o.common = *std::move(common);
+  auto mode = ToServedMode(spec.mode());
+  if (!mode.ok()) return mode.status();
+  o.mode = *mode;
+  o.sets_group_packing = spec.group_length() != 0 || spec.rescale_factor() != 0 ||
+                         spec.alignment() != v1::ALIGNMENT_UNSPECIFIED;
+  auto attention = ToGroupAttention(spec.group_attention());
+  if (!attention.ok()) return attention.status();
+  o.group_attention = *attention;
+  if (spec.groups() != 0 && spec.groups() > config.max_demonstrations) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.groups ", spec.groups(),
+                                                   " is more than --max_demonstrations ",
+                                                   config.max_demonstrations));
+  }
+  o.groups = spec.groups();
+  o.segment_length = spec.segment_length();
   return o;
 }
 

@@ -1,12 +1,17 @@
 // Turning API messages into engine values, validating every field on the way: task ids, task
-// specs, demonstrations and inputs. Errors are INVALID_ARGUMENT naming the field and the limit.
+// specs (into ServedTaskOptions, for a model of any architecture: engine/serving), demonstrations
+// and inputs, and engine errors back into the API's field names. Errors are INVALID_ARGUMENT
+// naming the field and the limit.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/prompting/icl_task.h"
+#include "engine/serving/served_task_options.h"
+#include "engine/task/example.h"
+#include "engine/task/task_options.h"
 #include "manyshot/v1/manyshot.pb.h"
 #include "server/server_config.h"
 
@@ -26,6 +31,20 @@ absl::Status InSpecTerms(absl::Status status);
 // max_answer_tokens) is named as the task option and the CLI flag that set it.
 absl::Status InRequestTerms(absl::Status status);
 
+// "SAICL", "STRUCTURED", ... for messages.
+std::string ModeName(v1::Mode mode);
+
+// A spec's mode; unset for MODE_UNSPECIFIED (the model's default), INVALID_ARGUMENT for a value
+// the API does not have.
+absl::StatusOr<std::optional<ServedMode>> ToServedMode(v1::Mode mode);
+
+// A spec as options for a model of any architecture, every field checked on its own; which fields
+// and modes the served model has is ServedModel::CheckTaskOptions's to say.
+absl::StatusOr<ServedTaskOptions> ToServedTaskOptions(const v1::TaskSpec& spec,
+                                                      const ServerConfig& config);
+
+// A spec for a decoder-only task (STRUCTURED, PARALLEL or CONVENTIONAL): the tools that drive
+// IclTask directly use it.
 absl::StatusOr<TaskOptions> ToTaskOptions(const v1::TaskSpec& spec, const ServerConfig& config);
 
 absl::StatusOr<std::vector<Example>> ToDemonstrations(

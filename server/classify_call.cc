@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
-#include "server/task_spec.h"
+#include "server/api_to_engine.h"
 
 namespace manyshot::server {
 namespace {

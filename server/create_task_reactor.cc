@@ -4,7 +4,7 @@
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "server/request_parser.h"
-#include "server/task_spec.h"
+#include "server/api_to_engine.h"
 
 namespace manyshot::server {
 

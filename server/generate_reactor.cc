@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/task/query_room.h"
+#include "server/api_to_engine.h"
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "server/request_parser.h"
-#include "server/task_spec.h"
 
 namespace manyshot::server {
 
@@ -25,7 +25,7 @@ void GenerateReactor::End(const absl::Status& status) {
 
 void GenerateReactor::Emit(int32_t token, double logprob) {
   emitted_.push_back(token);
-  auto text = parts_.model->tokenizer->Decode(emitted_);
+  auto text = parts_.model->tokenizer().Decode(emitted_);
   std::string full = text.ok() ? *text : std::string();
   v1::GenerateResponse r;
   r.mutable_token()->set_token_id(token);
@@ -85,7 +85,7 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
     if (s.empty()) return End(absl::InvalidArgumentError("options.stop has an empty string"));
     params.stop.push_back(s);
   }
-  if (!o.has_stop_at_eos() || o.stop_at_eos()) params.eos_id = parts_.model->tokenizer->eos_id();
+  if (!o.has_stop_at_eos() || o.stop_at_eos()) params.eos_id = parts_.model->tokenizer().eos_id();
   auto overrides = ToOverrides(o.query());
   if (!overrides.ok()) return End(overrides.status());
   const bool beam = params.beam_search;
@@ -110,7 +110,7 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
           for (int32_t t : output->tokens) Emit(t, 0.0);
         }
         parts_.metrics.TokensGenerated(output->tokens.size());
-        auto text = parts_.model->tokenizer->Decode(output->tokens);
+        auto text = parts_.model->tokenizer().Decode(output->tokens);
         std::string full = text.ok() ? *text : std::string();
         if (output->reason == FinishReason::kStopString && !output->stop_string.empty() &&
             full.size() >= output->stop_string.size()) {

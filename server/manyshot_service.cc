@@ -7,6 +7,7 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
 #include "engine/cpu/cpu_backend.h"
+#include "server/api_to_engine.h"
 #include "server/build_info.h"
 #include "server/classify_call.h"
 #include "server/create_task_reactor.h"
@@ -15,7 +16,6 @@
 #include "server/request_context.h"
 #include "server/request_parser.h"
 #include "server/stream_classify_reactor.h"
-#include "server/task_spec.h"
 
 namespace manyshot::server {
 namespace {
@@ -239,35 +239,24 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   v1::ServerInfo& info = out.emplace();
   info.set_version(kVersion);
   auto* model = info.mutable_model();
-  model->set_path(parts_.model->path.string());
-  model->set_model_type(parts_.model->model_type());
-  model->set_encoder_decoder(parts_.model->encoder_decoder());
-  if (parts_.model->encoder_decoder()) {
-    const T5Config& c = parts_.model->t5->config();
-    model->set_layers(static_cast<uint32_t>(c.num_layers));
-    model->set_hidden_size(static_cast<uint32_t>(c.d_model));
-    model->set_heads(static_cast<uint32_t>(c.num_heads));
-    model->set_kv_heads(static_cast<uint32_t>(c.num_heads));
-    model->set_head_dim(static_cast<uint32_t>(c.d_kv));
-    model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
-    model->set_held_weight_dtype(std::string(DTypeName(parts_.model->t5->compute_dtype())));
-  } else {
-    const ModelConfig& c = parts_.model->transformer->config();
-    model->set_layers(static_cast<uint32_t>(c.num_layers));
-    model->set_hidden_size(static_cast<uint32_t>(c.hidden_size));
-    model->set_heads(static_cast<uint32_t>(c.num_heads));
-    model->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
-    model->set_head_dim(static_cast<uint32_t>(c.head_dim));
-    model->set_vocab_size(static_cast<uint32_t>(c.vocab_size));
-    model->set_context_length(static_cast<uint32_t>(ContextLength(c)));
-    model->set_weight_dtype(std::string(DTypeName(parts_.model->transformer->stored_dtype())));
-    model->set_held_weight_dtype(std::string(DTypeName(parts_.model->transformer->weight_dtype())));
-  }
-  model->set_fingerprint(parts_.model->fingerprint());
-  model->set_random_weights(parts_.model->random_weights);
-  model->set_weights_note(parts_.model->weights_note);
-  model->set_tokenizer_kind(parts_.model->tokenizer->kind());
-  model->set_tokenizer_fingerprint(parts_.model->tokenizer->fingerprint());
+  const ModelDescription& d = parts_.model->description();
+  model->set_path(d.path.string());
+  model->set_model_type(d.model_type);
+  model->set_encoder_decoder(d.encoder_decoder);
+  model->set_layers(d.layers);
+  model->set_hidden_size(d.hidden_size);
+  model->set_heads(d.heads);
+  model->set_kv_heads(d.kv_heads);
+  model->set_head_dim(d.head_dim);
+  model->set_vocab_size(d.vocab_size);
+  model->set_context_length(d.context_length);
+  model->set_weight_dtype(d.weight_dtype);
+  model->set_held_weight_dtype(d.held_weight_dtype);
+  model->set_fingerprint(d.fingerprint);
+  model->set_random_weights(d.marker.random_weights);
+  model->set_weights_note(d.marker.note);
+  model->set_tokenizer_kind(parts_.model->tokenizer().kind());
+  model->set_tokenizer_fingerprint(parts_.model->tokenizer().fingerprint());
 
   auto* backend = info.mutable_backend();
   backend->set_name(parts_.model->backend->name());
@@ -278,8 +267,8 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   if (!on_gpu) backend->set_blas_kernel(BlasKernelName());
   backend->set_description(parts_.model->backend->description());
   backend->set_selection(parts_.model->backend_selection);
-  backend->set_compute_dtype(std::string(DTypeName(parts_.model->compute_dtype())));
-  backend->set_kv_dtype(std::string(DTypeName(parts_.model->kv_dtype())));
+  backend->set_compute_dtype(std::string(DTypeName(d.compute_dtype)));
+  backend->set_kv_dtype(std::string(DTypeName(d.kv_dtype)));
   backend->set_cuda_built(CudaBuilt());
   backend->set_device_index(static_cast<uint32_t>(parts_.model->backend->device_index()));
   auto* limits = info.mutable_limits();

@@ -137,9 +137,10 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   if (!model.ok()) return model.status();
   app->model_ = std::make_shared<const LoadedModel>(*std::move(model));
   app->metrics_->SetBackend(app->model_->backend->name(), app->model_->backend->description(),
-                            std::string(DTypeName(app->model_->compute_dtype())),
-                            std::string(DTypeName(app->model_->kv_dtype())));
-  app->metrics_->SetModel(app->model_->model_type(), app->model_->architecture());
+                            std::string(DTypeName(app->model_->description().compute_dtype)),
+                            std::string(DTypeName(app->model_->description().kv_dtype)));
+  app->metrics_->SetModel(app->model_->description().model_type,
+                          app->model_->description().architecture());
 
   // The KV cache (RocksDB under the data directory) and the tasks it holds.
   ContextCacheOptions cache_options;
@@ -164,15 +165,14 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   // against and GetServerInfo reports from here on.
   if (app->config_.kv_dtype.empty()) {
     app->config_.kv_dtype =
-        DefaultKvDtype(app->model_->backend->device(), app->model_->compute_dtype());
+        DefaultKvDtype(app->model_->backend->device(), app->model_->description().compute_dtype);
   }
   auto kv_dtype = ParseDTypeFlag("kv_dtype", app->config_.kv_dtype);
   if (!kv_dtype.ok()) return kv_dtype.status();
   cache_options.kv_dtype = kv_dtype->value_or(DType::kF32);
-  if (app->model_->transformer != nullptr) {
-    spdlog::info("attention: {}",
-                 AttentionKernelDescription(app->model_->backend->device(), cache_options.kv_dtype,
-                                            app->model_->transformer->config().head_dim));
+  if (const int64_t head_dim = app->model_->description().context_head_dim; head_dim != 0) {
+    spdlog::info("attention: {}", AttentionKernelDescription(app->model_->backend->device(),
+                                                             cache_options.kv_dtype, head_dim));
   }
   // Both backends' attention reads 16-bit context K/V directly: keep memory in the storage dtype.
   cache_options.memory_holds_storage_dtype = true;

@@ -14,13 +14,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cache/context_cache.h"
-#include "engine/prompting/icl_task.h"
-#include "engine/t5/t5_task.h"
+#include "engine/serving/prepared_task.h"
+#include "engine/serving/served_task_options.h"
 #include "engine/task/served_task.h"
 #include "manyshot/internal/stored_task.pb.h"
 #include "manyshot/v1/manyshot.pb.h"
@@ -81,8 +83,8 @@ class TaskRegistry {
   absl::StatusOr<std::shared_ptr<const TaskVersion>> Resolve(const std::string& tenant,
                                                              const std::string& task_id) const;
 
-  // A version ready for queries: its engine task and (decoder-only tasks) its context, pinned for
-  // as long as the handle lives.
+  // A version ready for queries: its engine task and (tasks with a cached context) its context,
+  // pinned for as long as the handle lives.
   struct Handle {
     std::shared_ptr<const TaskVersion> version;
     std::shared_ptr<ServedTask> task;
@@ -116,19 +118,52 @@ class TaskRegistry {
                  bool quarantined);
   // Serves `version` (READY), retiring the previous one.
   CreateResult Publish(const std::shared_ptr<TaskVersion>& version, const Entry& previous);
-  // Create's second half on an encoder-decoder model: prepares the T5Task and stores the record
-  // (no KV). `fail` restores the previous entry and returns the status.
-  absl::StatusOr<CreateResult> CreateT5(
-      const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
-      const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos,
-      const T5TaskOptions& options, const std::vector<Example>& examples, const std::string& hash,
-      int64_t now, const Entry& previous, const std::function<absl::Status(absl::Status)>& fail);
+  // The cache keys task records by one string; tenants get their own namespace in it.
+  static std::string RecordId(const std::string& tenant, const std::string& task_id) {
+    return tenant + "/" + task_id;
+  }
 
-  // Counts what a prepared T5 task keeps between queries against the memory tier's budget;
+  // Create's steps (server/task_create.cc).
+  struct EngineInputs {
+    ServedTaskOptions options;
+    std::vector<Example> examples;
+  };
+  // A spec and its demonstrations in the engine's terms, checked against the served model: first
+  // the mode (FAILED_PRECONDITION naming `mode_field` when the model's architecture lacks it),
+  // then every field.
+  absl::StatusOr<EngineInputs> ToEngineInputs(
+      const v1::TaskSpec& spec, const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos,
+      const std::string& mode_field) const;
+  // What a create starts from: the entry it replaces, or (unchanged) the reply when the task
+  // already has this content.
+  struct Begun {
+    Entry previous;
+    std::optional<CreateResult> unchanged;
+  };
+  // Waits out a delete of the task, then shows it ENCODING (or marks it replacing).
+  absl::StatusOr<Begun> BeginCreate(const std::string& tenant, const std::string& task_id,
+                                    const v1::TaskSpec& spec, const std::string& hash, bool replace,
+                                    int64_t now);
+  // Puts back what a failed create found (see task_create.cc) and returns `status`.
+  absl::Status FailCreate(const std::string& tenant, const std::string& task_id,
+                          const Entry& previous, absl::Status status);
+  // Counts what a prepared task keeps between queries against the memory tier's budget;
   // RESOURCE_EXHAUSTED, naming the bytes and the budget (and, for a replace, what the `replaced`
   // version still holds), when it cannot fit.
-  absl::StatusOr<MemoryReservation> ReserveT5(const T5Task& task, const std::string& task_id,
-                                              const TaskVersion* replaced);
+  absl::StatusOr<MemoryReservation> Reserve(const PreparedTask& prepared,
+                                            const std::string& task_id,
+                                            const TaskVersion* replaced);
+  // INVALID_ARGUMENT when every query would encode more context tokens again than
+  // --max_query_context_tokens.
+  absl::Status CheckQueryContext(const PreparedTask& prepared) const;
+  std::shared_ptr<TaskVersion> NewVersion(
+      const std::string& tenant, const std::string& task_id, const v1::TaskSpec& spec,
+      const google::protobuf::RepeatedPtrField<v1::Demonstration>& demos, const std::string& hash,
+      int64_t now, const PreparedTask& prepared) const;
+  // Stores the version's record, and encodes and stores its context when it has one (returned
+  // pinned; empty otherwise).
+  absl::StatusOr<PinnedContext> Store(TaskVersion& version, const PreparedTask& prepared,
+                                      const Progress& progress);
 
   const LoadedModel& model_;
   ContextCache& cache_;

@@ -13,7 +13,7 @@
 
 #include "cache/memory_tier.h"
 #include "cache/task_record.h"
-#include "engine/prompting/icl_task.h"
+#include "engine/serving/prepared_task.h"
 #include "engine/task/served_task.h"
 #include "manyshot/internal/stored_task.pb.h"
 
@@ -31,13 +31,14 @@ struct TaskVersion {
   // this version still finish on it, but its KV is not re-encoded for them.
   mutable std::atomic<bool> retired{false};
   // The engine task; built from `stored` on first use after a restart (tokenizing, no encoding).
-  // `icl_task` is the same task when the model is decoder-only (its context is in the cache), null
-  // for a T5 task.
+  // `context` encodes and checks its cached context; null when the task keeps none in the cache
+  // (a T5 task's encoder runs per query).
   mutable std::mutex prepare_mutex;
   mutable std::shared_ptr<ServedTask> task;
-  mutable std::shared_ptr<IclTask> icl_task;
-  // What a T5 task keeps between queries (its demonstrations' first-layer q|k|v), counted against
-  // the memory tier's budget for as long as this version lives; set with `task`.
+  mutable std::shared_ptr<const CachedContext> context;
+  // What the task keeps between queries besides a cached context (a T5 task's first-layer
+  // q|k|v), counted against the memory tier's budget for as long as this version lives; set with
+  // `task`.
   mutable std::optional<MemoryReservation> held;
 };
 

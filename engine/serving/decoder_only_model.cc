@@ -121,7 +121,7 @@ ModelDescription Describe(const Transformer& transformer) {
   d.kv_heads = static_cast<uint32_t>(c.num_kv_heads);
   d.head_dim = static_cast<uint32_t>(c.head_dim);
   d.vocab_size = static_cast<uint32_t>(c.vocab_size);
-  d.context_length = static_cast<uint32_t>(c.max_position_embeddings);
+  d.context_length = static_cast<uint32_t>(ContextLength(c));
   d.weight_dtype = std::string(DTypeName(transformer.stored_dtype()));
   d.held_weight_dtype = std::string(DTypeName(transformer.weight_dtype()));
   d.compute_dtype = transformer.compute_dtype();

@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/model/tiny_t5_model.h"
+#include "engine/serving/encoder_decoder_model.h"
 #include "engine/t5/prompt_modes.h"
 #include "engine/t5/t5_generation.h"
 #include "engine/t5/t5_task.h"
@@ -27,8 +28,8 @@
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "server/api_to_engine.h"
 #include "server/server_app.h"
-#include "server/t5_task_spec.h"
 #include "tests/engine/support/unigram_tokenizer_json.h"
 
 namespace manyshot::server {
@@ -200,11 +201,12 @@ class DirectEngine {
 
   std::unique_ptr<T5Task> Task(const v1::TaskSpec& spec,
                                const std::vector<v1::Demonstration>& demos) const {
-    auto options = ToT5TaskOptions(spec, ServerConfig());
-    EXPECT_TRUE(options.ok()) << options.status();
+    auto served_options = ToServedTaskOptions(spec, ServerConfig());
+    EXPECT_TRUE(served_options.ok()) << served_options.status();
+    const T5TaskOptions options = manyshot::ToT5TaskOptions(*served_options);
     std::vector<Example> examples;
     for (const auto& d : demos) examples.push_back({d.text(), {}, d.label()});
-    auto task = T5Task::Prepare(*model_, *tokenizer_, *options, examples);
+    auto task = T5Task::Prepare(*model_, *tokenizer_, options, examples);
     EXPECT_TRUE(task.ok()) << task.status();
     return task.ok() ? *std::move(task) : nullptr;
   }
