@@ -1,16 +1,12 @@
 #include "server/auth.h"
 
-#include <memory>
-#include <mutex>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <string_view>
 #include <vector>
 
-#include <sys/stat.h>
-
 #include "absl/strings/str_cat.h"
-#include "server/request_context.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
@@ -105,50 +101,25 @@ grpc::Status BearerTokenAuthProcessor::Process(const InputMetadata& auth_metadat
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the authorization metadata must be 'Bearer TOKEN'");
   }
-  if (!tokens_.Find(Strip(value.substr(kBearer.size())))) {
+  if (!tokens_->Find(Strip(value.substr(kBearer.size())))) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown bearer token");
   }
   // Not marked consumed, and no auth-context property: properties land on the connection's auth
   // context, which calls of different tenants can share, so handlers resolve the tenant from the
-  // call's own token (TenantForAuthorization).
+  // call's own token (TenantDirectory::TenantForAuthorization).
   (void)context;
   (void)consumed_auth_metadata;
   return grpc::Status::OK;
 }
 
-namespace {
-std::mutex& ActiveMutex() {
-  static std::mutex m;
-  return m;
-}
-std::shared_ptr<const TokenTable>& ActiveTokens() {
-  static std::shared_ptr<const TokenTable> tokens;
-  return tokens;
-}
-}  // namespace
-
-BearerTokenAuthProcessor::BearerTokenAuthProcessor(TokenTable tokens) : tokens_(std::move(tokens)) {
-  std::lock_guard<std::mutex> lock(ActiveMutex());
-  ActiveTokens() = std::make_shared<const TokenTable>(tokens_);
-}
-
-bool AuthEnabled() {
-  std::lock_guard<std::mutex> lock(ActiveMutex());
-  return ActiveTokens() != nullptr;
-}
-
-std::optional<std::string> TenantForAuthorization(std::string_view authorization) {
-  std::shared_ptr<const TokenTable> tokens;
-  {
-    std::lock_guard<std::mutex> lock(ActiveMutex());
-    tokens = ActiveTokens();
-  }
+std::optional<std::string> TenantDirectory::TenantForAuthorization(
+    std::string_view authorization) const {
   constexpr std::string_view kBearer = "Bearer ";
-  if (!tokens || authorization.size() <= kBearer.size() ||
+  if (!tokens_ || authorization.size() <= kBearer.size() ||
       authorization.substr(0, kBearer.size()) != kBearer) {
     return std::nullopt;
   }
-  return tokens->Find(Strip(authorization.substr(kBearer.size())));
+  return tokens_->Find(Strip(authorization.substr(kBearer.size())));
 }
 
 }  // namespace manyshot::server

@@ -1,11 +1,11 @@
 // Bearer-token authentication: a tokens file maps tokens to tenants, and an AuthMetadataProcessor
 // (set on the server credentials, insecure or TLS) checks every call's `authorization` metadata and
-// lets through only calls with a known token; TenantOf maps the call's own token to its tenant.
+// lets through only calls with a known token; the service maps the call's own token to its tenant
+// through the same table (TenantDirectory, passed to it explicitly; server/request_context.h).
 #pragma once
 
-#include <optional>
-
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,16 +25,31 @@ absl::StatusOr<TokenTable> LoadTokensFile(const std::string& path);
 // probes need no secret. Everything else (ManyShot and reflection) requires a token.
 bool IsUnauthenticatedMethod(std::string_view path);
 
-// The tenant of an `authorization: Bearer TOKEN` value under the active tokens table (set when a
-// BearerTokenAuthProcessor is created), or nullopt. Handlers use it when the auth-context property
-// is not visible on the call (gRPC 1.51 does not carry processor-added properties to every
-// credentials type); the processor has already rejected calls without a valid token.
-std::optional<std::string> TenantForAuthorization(std::string_view authorization);
-bool AuthEnabled();
+// The tenants of a server: off (every call is tenant "default") or a tokens file's table, shared
+// with the BearerTokenAuthProcessor that checks the same tokens.
+class TenantDirectory {
+ public:
+  TenantDirectory() = default;  // auth off
+  explicit TenantDirectory(TokenTable tokens)
+      : tokens_(std::make_shared<const TokenTable>(std::move(tokens))) {}
+
+  bool enabled() const { return tokens_ != nullptr; }
+  const std::shared_ptr<const TokenTable>& tokens() const { return tokens_; }
+
+  // The tenant of an `authorization: Bearer TOKEN` value, or nullopt (and always nullopt when
+  // auth is off). Handlers resolve the tenant from the call's own token: gRPC 1.51 does not carry
+  // processor-added auth-context properties to every credentials type, and they would land on the
+  // connection, which calls of different tenants can share.
+  std::optional<std::string> TenantForAuthorization(std::string_view authorization) const;
+
+ private:
+  std::shared_ptr<const TokenTable> tokens_;
+};
 
 class BearerTokenAuthProcessor : public grpc::AuthMetadataProcessor {
  public:
-  explicit BearerTokenAuthProcessor(TokenTable tokens);
+  explicit BearerTokenAuthProcessor(std::shared_ptr<const TokenTable> tokens)
+      : tokens_(std::move(tokens)) {}
 
   // Cheap and non-blocking: one SHA-256 and a constant-time scan; runs on gRPC's thread.
   bool IsBlocking() const override { return false; }
@@ -44,7 +59,7 @@ class BearerTokenAuthProcessor : public grpc::AuthMetadataProcessor {
                        OutputMetadata* response_metadata) override;
 
  private:
-  const TokenTable tokens_;
+  const std::shared_ptr<const TokenTable> tokens_;
 };
 
 }  // namespace manyshot::server

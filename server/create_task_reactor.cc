@@ -1,16 +1,16 @@
 #include "server/create_task_reactor.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/api_to_engine.h"
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "server/request_parser.h"
-#include "server/api_to_engine.h"
 
 namespace manyshot::server {
 
 CreateTaskReactor::CreateTaskReactor(ServiceParts& parts, JobThreads& jobs,
                                      grpc::CallbackServerContext* context)
-    : parts_(parts), jobs_(jobs), context_(context), tenant_(TenantOf(context)) {
+    : parts_(parts), jobs_(jobs), context_(context), tenant_(TenantOf(parts.tenants, context)) {
   if (absl::Status admitted = parts_.streams.Admit(tenant_, this); !admitted.ok()) {
     Fail(admitted);
     return;

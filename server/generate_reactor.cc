@@ -91,7 +91,7 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
   const bool beam = params.beam_search;
   if (!beam) params.on_token = [this](int32_t token, double logprob) { Emit(token, logprob); };
   params.cancelled = [this] { return context_->IsCancelled(); };
-  auto version = parts_.registry.Resolve(TenantOf(context_), task_id_);
+  auto version = parts_.registry.Resolve(TenantOf(parts_.tenants, context_), task_id_);
   if (!version.ok()) return End(version.status());
   auto output = std::make_shared<GenerationOutput>();
   parts_.scheduler.Run(

@@ -53,11 +53,11 @@ grpc::ServerUnaryReactor* Answer(ServiceParts& parts, grpc::CallbackServerContex
 
 }  // namespace
 
-ManyShotService::ManyShotService(const ServerConfig& config,
+ManyShotService::ManyShotService(const ServerConfig& config, const TenantDirectory& tenants,
                                  std::shared_ptr<const LoadedModel> model, TaskRegistry& registry,
                                  PreparationPool& preparation, Scheduler& scheduler,
                                  ContextCache& cache, ServiceMetrics& metrics)
-    : parts_{config, std::move(model), registry, preparation, scheduler, cache, metrics} {}
+    : parts_{config, tenants, std::move(model), registry, preparation, scheduler, cache, metrics} {}
 
 ManyShotService::Bidi* ManyShotService::CreateTask(Context* context) {
   return new CreateTaskReactor(parts_, jobs_, context);
@@ -80,7 +80,7 @@ ManyShotService::Unary* ManyShotService::GetTask(Context* context, const Bytes* 
   if (auto s = ParseRequest(*request, r); !s.ok()) {
     task = s;
   } else {
-    task = parts_.registry.Get(TenantOf(context), r.task_id());
+    task = parts_.registry.Get(TenantOf(parts_.tenants, context), r.task_id());
   }
   return Answer(parts_, context, "GetTask", start, r.task_id(), task, response);
 }
@@ -96,7 +96,8 @@ ManyShotService::Unary* ManyShotService::ListTasks(Context* context, const Bytes
     out.emplace();
     size_t limit = r.page_size() == 0 ? 50 : std::min<size_t>(r.page_size(), 1000);
     bool more = false;
-    auto tasks = parts_.registry.List(TenantOf(context), r.page_token(), limit, &more);
+    auto tasks =
+        parts_.registry.List(TenantOf(parts_.tenants, context), r.page_token(), limit, &more);
     for (auto& t : tasks) *out->add_tasks() = std::move(t);
     // The page token is the last task id of this page: listing resumes after it.
     if (more && !tasks.empty()) out->set_next_page_token(out->tasks().rbegin()->task_id());
@@ -112,7 +113,7 @@ ManyShotService::Unary* ManyShotService::DeleteTask(Context* context, const Byte
   if (auto s = ParseRequest(*request, r); !s.ok()) {
     out = s;
   } else {
-    auto freed = parts_.registry.Delete(TenantOf(context), r.task_id());
+    auto freed = parts_.registry.Delete(TenantOf(parts_.tenants, context), r.task_id());
     if (freed.ok()) {
       out.emplace().set_freed_bytes(*freed);
     } else {
@@ -132,7 +133,7 @@ ManyShotService::Unary* ManyShotService::Classify(Context* context, const Bytes*
     return reactor;
   }
   StartClassify(
-      parts_, TenantOf(context), r, reactor->abandoned,
+      parts_, TenantOf(parts_.tenants, context), r, reactor->abandoned,
       [this, context, reactor, response, start,
        task_id = r.task_id()](absl::StatusOr<v1::ClassifyResponse> out) {
         if (out.ok()) *response = SerializeResponse(*out);
@@ -176,7 +177,7 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
   }
   auto overrides = ToOverrides(r.options());
   if (!overrides.ok()) return fail(overrides.status());
-  auto version = parts_.registry.Resolve(TenantOf(context), r.task_id());
+  auto version = parts_.registry.Resolve(TenantOf(parts_.tenants, context), r.task_id());
   if (!version.ok()) return fail(version.status());
   auto results = std::make_shared<std::vector<ChoiceResult>>();
   std::function<void(absl::Status)> finish = [this, context, reactor, response, start, results,
@@ -206,7 +207,7 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
   // engine's worker; the prepared items then join the engine queue.
   const size_t items = inputs.size();
   parts_.Prepare(
-      TenantOf(context), *version, items, reactor->abandoned, finish,
+      TenantOf(parts_.tenants, context), *version, items, reactor->abandoned, finish,
       [this, held = *version, inputs = std::move(inputs), candidates, overrides = *overrides,
        results, abandoned = reactor->abandoned, finish](ServedTask& task) {
         auto prepared = task.PrepareChoices(inputs, *candidates, overrides);
@@ -303,7 +304,8 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   // Under bearer tokens a tenant sees its own tasks and bytes, not other tenants' (budgets and
   // the dtype are the server's).
   if (!parts_.config.auth_tokens_file.empty()) {
-    const TaskRegistry::TenantFigures own = parts_.registry.FiguresOf(TenantOf(context));
+    const TaskRegistry::TenantFigures own =
+        parts_.registry.FiguresOf(TenantOf(parts_.tenants, context));
     info.set_tasks(own.tasks);
     cache->set_memory_bytes(own.memory_bytes);
     cache->set_memory_entries(own.memory_entries);

@@ -28,9 +28,10 @@ using ManyShotRawCallbackService = v1::ManyShot::WithRawCallbackMethod_CreateTas
 class ManyShotService final : public ManyShotRawCallbackService {
  public:
   // Everything passed in outlives the service.
-  ManyShotService(const ServerConfig& config, std::shared_ptr<const LoadedModel> model,
-                  TaskRegistry& registry, PreparationPool& preparation, Scheduler& scheduler,
-                  ContextCache& cache, ServiceMetrics& metrics);
+  ManyShotService(const ServerConfig& config, const TenantDirectory& tenants,
+                  std::shared_ptr<const LoadedModel> model, TaskRegistry& registry,
+                  PreparationPool& preparation, Scheduler& scheduler, ContextCache& cache,
+                  ServiceMetrics& metrics);
 
   using Bidi = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
   using Unary = grpc::ServerUnaryReactor;

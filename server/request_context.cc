@@ -1,22 +1,21 @@
 #include "server/request_context.h"
 
-#include "server/auth.h"
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 
 namespace manyshot::server {
 
-std::string TenantOf(const grpc::ServerContextBase* context) {
-  if (!AuthEnabled()) return "default";
+std::string TenantOf(const TenantDirectory& tenants, const grpc::ServerContextBase* context) {
+  if (!tenants.enabled()) return "default";
   // Always from this call's own (already validated) token: properties that the auth processor adds
   // land on the connection's auth context, which calls of different tenants can share.
   if (context != nullptr) {
     const auto& metadata = context->client_metadata();
     auto it = metadata.find("authorization");
     if (it != metadata.end()) {
-      auto tenant = TenantForAuthorization(std::string_view(it->second.data(), it->second.size()));
+      auto tenant =
+          tenants.TenantForAuthorization(std::string_view(it->second.data(), it->second.size()));
       if (tenant) return *tenant;
     }
   }

@@ -39,9 +39,9 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
 }
 
 // Insecure or TLS (mTLS with a client CA) credentials, with the bearer-token processor when a
-// tokens file is configured.
+// tokens file is configured; `tenants` then holds the tokens the processor checks.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerConfig& config) {
+    const ServerConfig& config, TenantDirectory* tenants) {
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file must be given together");
@@ -81,7 +81,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     if (!tokens.ok()) return tokens.status();
     spdlog::info("bearer-token auth on: {} token(s) from {}", tokens->size(),
                  config.auth_tokens_file);
-    creds->SetAuthMetadataProcessor(std::make_shared<BearerTokenAuthProcessor>(*std::move(tokens)));
+    *tenants = TenantDirectory(*std::move(tokens));
+    creds->SetAuthMetadataProcessor(std::make_shared<BearerTokenAuthProcessor>(tenants->tokens()));
   }
   return creds;
 }
@@ -117,7 +118,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
         }
       });
   // Security configuration first: a bad certificate or tokens file fails before any slow work.
-  auto creds = MakeServerCredentials(config);
+  auto creds = MakeServerCredentials(config, &app->tenants_);
   if (!creds.ok()) return creds.status();
   auto data_dir = DataDir::Open(config.data_dir);
   if (!data_dir.ok()) return data_dir.status();
@@ -210,7 +211,7 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   app->preparation_ = std::make_unique<PreparationPool>(
       preparation_threads, static_cast<size_t>(std::max(1, config.max_queue_inputs)));
   app->service_ =
-      std::make_unique<ManyShotService>(app->config_, app->model_, *app->registry_,
+      std::make_unique<ManyShotService>(app->config_, app->tenants_, app->model_, *app->registry_,
                                         *app->preparation_, *app->scheduler_, *app->cache_, *sm);
 
   // Both must happen before the builder is created: the health service is created by the

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
+#include "server/auth.h"
 #include "server/data_dir.h"
 #include "server/device_watch.h"
 #include "server/manyshot_service.h"
@@ -35,6 +36,7 @@ class ServerApp {
  private:
   ServerApp() = default;
   ServerConfig config_;
+  TenantDirectory tenants_;  // the bearer tokens' tenants; off without --auth_tokens_file
   std::unique_ptr<DataDir> data_dir_;
   std::unique_ptr<Metrics> metrics_;
   std::shared_ptr<const LoadedModel> model_;

@@ -41,7 +41,7 @@ grpc::Status ServiceParts::Record(const char* method, const grpc::ServerContextB
   RequestLogLine line;
   line.request_id = LogSafe(RequestId(context), 128);
   line.method = method;
-  line.tenant = LogSafe(TenantOf(context), 128);
+  line.tenant = LogSafe(TenantOf(tenants, context), 128);
   line.task = LogSafe(task_id, 128);
   line.code = code;
   line.seconds = seconds;

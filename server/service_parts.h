@@ -11,6 +11,7 @@
 
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
+#include "server/auth.h"
 #include "server/model_loader.h"
 #include "server/preparation_pool.h"
 #include "server/scheduler.h"
@@ -24,6 +25,7 @@ namespace manyshot::server {
 struct ServiceParts {
   // Everything referenced outlives the service and every call.
   const ServerConfig& config;
+  const TenantDirectory& tenants;  // who each call acts for (TenantOf)
   std::shared_ptr<const LoadedModel> model;
   TaskRegistry& registry;
   PreparationPool& preparation;  // renders and tokenizes requests before they reach `scheduler`

@@ -10,7 +10,7 @@ namespace manyshot::server {
 
 StreamClassifyReactor::StreamClassifyReactor(ServiceParts& parts,
                                              grpc::CallbackServerContext* context)
-    : parts_(parts), context_(context), tenant_(TenantOf(context)) {
+    : parts_(parts), context_(context), tenant_(TenantOf(parts.tenants, context)) {
   if (absl::Status admitted = parts_.streams.Admit(tenant_, this); !admitted.ok()) {
     finished_ = true;
     writes_.Finish(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(admitted)));
