@@ -93,19 +93,10 @@ void GenerateReactor::Start(const grpc::ByteBuffer& buffer) {
   params.cancelled = [this] { return context_->IsCancelled(); };
   auto version = parts_.registry.Resolve(TenantOf(parts_.tenants, context_), task_id_);
   if (!version.ok()) return End(version.status());
-  auto output = std::make_shared<GenerationOutput>();
-  parts_.scheduler.Run(
-      *std::move(version), 1,
-      [output, input = *std::move(input), params = std::move(params),
-       overrides = *overrides](TaskRegistry::Handle& handle) -> absl::Status {
-        auto out = handle.task->Generate(handle.get(), input, params, overrides);
-        if (!out.ok()) return InRequestTerms(out.status());
-        *output = *std::move(out);
-        return absl::OkStatus();
-      },
-      abandoned_,
-      [this, output, beam](absl::Status status) {
-        if (!status.ok()) return End(status);
+  parts_.scheduler.Generate(
+      *std::move(version), *std::move(input), std::move(params), *overrides, abandoned_,
+      [this, beam](absl::StatusOr<GenerationOutput> output) {
+        if (!output.ok()) return End(InRequestTerms(output.status()));
         if (beam) {
           for (int32_t t : output->tokens) Emit(t, 0.0);
         }

@@ -179,11 +179,9 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
   if (!overrides.ok()) return fail(overrides.status());
   auto version = parts_.registry.Resolve(TenantOf(parts_.tenants, context), r.task_id());
   if (!version.ok()) return fail(version.status());
-  auto results = std::make_shared<std::vector<ChoiceResult>>();
-  std::function<void(absl::Status)> finish = [this, context, reactor, response, start, results,
-                                              candidates,
-                                              task_id = r.task_id()](absl::Status status) {
-    if (status.ok()) {
+  auto finish = [this, context, reactor, response, start, candidates,
+                 task_id = r.task_id()](absl::StatusOr<std::vector<ChoiceResult>> results) {
+    if (results.ok()) {
       v1::ScoreResponse out;
       for (size_t i = 0; i < results->size(); ++i) {
         const ChoiceResult& result = (*results)[i];
@@ -201,29 +199,19 @@ ManyShotService::Unary* ManyShotService::Score(Context* context, const Bytes* re
       }
       *response = SerializeResponse(out);
     }
-    reactor->Finish(parts_.Record("Score", context, start, task_id, ToGrpc(status)));
+    reactor->Finish(parts_.Record("Score", context, start, task_id, ToGrpc(results.status())));
   };
   // Rendering and tokenizing (every candidate) run on the preparation pool, never on the
   // engine's worker; the prepared items then join the engine queue.
   const size_t items = inputs.size();
   parts_.Prepare(
-      TenantOf(parts_.tenants, context), *version, items, reactor->abandoned, finish,
+      TenantOf(parts_.tenants, context), *version, items, reactor->abandoned,
+      [finish](absl::Status status) { finish(std::move(status)); },
       [this, held = *version, inputs = std::move(inputs), candidates, overrides = *overrides,
-       results, abandoned = reactor->abandoned, finish](ServedTask& task) {
+       abandoned = reactor->abandoned, finish](ServedTask& task) {
         auto prepared = task.PrepareChoices(inputs, *candidates, overrides);
         if (!prepared.ok()) return finish(InRequestTerms(prepared.status()));
-        auto prepared_items =
-            std::make_shared<std::vector<QueryWithCandidates>>(*std::move(prepared));
-        parts_.scheduler.Run(
-            held, inputs.size(),
-            [results, prepared_items, overrides](TaskRegistry::Handle& handle) -> absl::Status {
-              auto out =
-                  handle.task->ScoreChoicesPrepared(handle.get(), *prepared_items, overrides);
-              if (!out.ok()) return out.status();
-              *results = *std::move(out);
-              return absl::OkStatus();
-            },
-            abandoned, finish);
+        parts_.scheduler.Score(held, *std::move(prepared), overrides, abandoned, finish);
       });
   return reactor;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
@@ -44,27 +46,40 @@ void Scheduler::Classify(std::shared_ptr<const TaskVersion> version,
                          std::vector<QueryWithCandidates> items,
                          int64_t recomputed_tokens_per_input, const QueryOverrides& overrides,
                          AbandonFlag abandoned, ClassifyDone done) {
-  auto request = std::make_shared<Request>();
+  ClassifyWork work;
+  work.tokens_per_input = recomputed_tokens_per_input;
+  work.done = std::move(done);
+  const size_t inputs = items.size();
+  work.items = std::move(items);
+  auto request = std::make_shared<Request>(std::move(work));
   request->version = std::move(version);
-  request->weight = items.size();
-  request->tokens_per_input = recomputed_tokens_per_input;
-  request->items = std::move(items);
+  request->weight = inputs;
   request->overrides = overrides;
   request->abandoned = std::move(abandoned);
-  request->done = std::move(done);
   Submit(std::move(request));
 }
 
-void Scheduler::Run(std::shared_ptr<const TaskVersion> version, size_t weight, Job job,
-                    AbandonFlag abandoned, Done done) {
-  auto request = std::make_shared<Request>();
+void Scheduler::Score(std::shared_ptr<const TaskVersion> version,
+                      std::vector<QueryWithCandidates> items, const QueryOverrides& overrides,
+                      AbandonFlag abandoned, ScoreDone done) {
+  const size_t weight = std::max<size_t>(1, items.size());
+  auto request = std::make_shared<Request>(ScoreWork{std::move(items), std::move(done)});
   request->version = std::move(version);
-  request->weight = std::max<size_t>(1, weight);
-  request->job = std::move(job);
+  request->weight = weight;
+  request->overrides = overrides;
   request->abandoned = std::move(abandoned);
-  request->done = [done = std::move(done)](absl::StatusOr<std::vector<ClassifyResult>> result) {
-    done(result.status());
-  };
+  Submit(std::move(request));
+}
+
+void Scheduler::Generate(std::shared_ptr<const TaskVersion> version, Example input,
+                         GenerationParams params, const QueryOverrides& overrides,
+                         AbandonFlag abandoned, GenerateDone done) {
+  auto request = std::make_shared<Request>(
+      GenerateWork{std::move(input), std::move(params), std::move(done)});
+  request->version = std::move(version);
+  request->weight = 1;
+  request->overrides = overrides;
+  request->abandoned = std::move(abandoned);
   Submit(std::move(request));
 }
 
@@ -94,7 +109,7 @@ void Scheduler::Submit(std::shared_ptr<Request> request) {
     }
   }
   if (!refused.ok()) {
-    request->done(std::move(refused));  // outside the lock: `done` may submit again
+    Fail(*request, std::move(refused));  // outside the lock: `done` may submit again
     return;
   }
   wake_.notify_one();
@@ -110,14 +125,14 @@ void Scheduler::WorkerLoop() {
     auto& queue = pending_[key];
     const size_t capacity = TurnCapacity(*queue.front());
     // A classification batch may wait a moment for more requests of the same task.
-    if (!queue.front()->job) {
+    if (queue.front()->classify()) {
       auto deadline =
           std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.batch_window_ms);
       auto batch_inputs = [&] {
         size_t n = 0;
         for (const auto& r : queue) {
-          if (r->job || !SameOverrides(r->overrides, queue.front()->overrides)) break;
-          n += r->items.size() - r->next;
+          if (!r->classify() || !SameOverrides(r->overrides, queue.front()->overrides)) break;
+          n += r->queued();
         }
         return n;
       };
@@ -140,9 +155,10 @@ void Scheduler::WorkerLoop() {
 
 size_t Scheduler::TurnCapacity(const Request& front) const {
   const auto most = static_cast<size_t>(config_.max_batch_size);
-  if (front.job) return 1;
-  if (front.tokens_per_input <= 0) return most;  // the context is cached: batch freely
-  const uint64_t fit = config_.engine_turn_tokens / static_cast<uint64_t>(front.tokens_per_input);
+  const ClassifyWork* work = front.classify();
+  if (work == nullptr) return 1;
+  if (work->tokens_per_input <= 0) return most;  // the context is cached: batch freely
+  const uint64_t fit = config_.engine_turn_tokens / static_cast<uint64_t>(work->tokens_per_input);
   return static_cast<size_t>(std::clamp<uint64_t>(fit, 1, most));
 }
 
@@ -153,29 +169,30 @@ std::vector<Scheduler::Slice> Scheduler::TakeTurn(std::deque<std::shared_ptr<Req
   while (!queue.empty()) {
     std::shared_ptr<Request> r = queue.front();
     if (r->answered) {  // failed or cancelled in an earlier turn: its remaining items never run
-      queued_inputs_ -= r->job ? r->weight : r->items.size() - r->next;
+      queued_inputs_ -= r->queued();
       queue.pop_front();
       continue;
     }
+    ClassifyWork* work = r->classify();
     if (!batch.empty()) {
       const Request& first = *batch.front().request;
-      if (first.job || r->job || !SameOverrides(r->overrides, first.overrides) ||
-          r->tokens_per_input != first.tokens_per_input || inputs == capacity) {
+      if (!first.classify() || work == nullptr || !SameOverrides(r->overrides, first.overrides) ||
+          work->tokens_per_input != first.classify()->tokens_per_input || inputs == capacity) {
         break;
       }
     }
-    if (r->job) {
+    if (work == nullptr) {
       queued_inputs_ -= r->weight;
       queue.pop_front();
       batch.push_back({r, 0, 0});
       break;
     }
-    const size_t take = std::min(capacity - inputs, r->items.size() - r->next);
-    batch.push_back({r, r->next, r->next + take});
-    r->next += take;
+    const size_t take = std::min(capacity - inputs, work->items.size() - work->next);
+    batch.push_back({r, work->next, work->next + take});
+    work->next += take;
     inputs += take;
     queued_inputs_ -= take;
-    if (r->next < r->items.size()) break;  // the rest of this request waits for its next turn
+    if (work->next < work->items.size()) break;  // the rest waits for the request's next turn
     queue.pop_front();
   }
   return batch;
@@ -184,15 +201,40 @@ std::vector<Scheduler::Slice> Scheduler::TakeTurn(std::deque<std::shared_ptr<Req
 void Scheduler::Answer(Request& request, absl::StatusOr<std::vector<ClassifyResult>> answer) {
   if (request.answered) return;
   request.answered = true;
-  request.results.clear();
-  request.done(std::move(answer));
+  ClassifyWork& work = *request.classify();
+  work.results.clear();
+  work.done(std::move(answer));
+}
+
+void Scheduler::Fail(Request& request, absl::Status status) {
+  if (request.answered) return;
+  request.answered = true;
+  std::visit(
+      [&](auto& work) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(work)>, ClassifyWork>) {
+          work.results.clear();
+        }
+        work.done(std::move(status));
+      },
+      request.work);
 }
 
 void Scheduler::Deliver(const Slice& slice, absl::StatusOr<std::vector<ClassifyResult>> results) {
   Request& r = *slice.request;
   if (!results.ok()) return Answer(r, results.status());
-  std::move(results->begin(), results->end(), std::back_inserter(r.results));
-  if (slice.end == r.items.size()) Answer(r, std::move(r.results));
+  ClassifyWork& work = *r.classify();
+  std::move(results->begin(), results->end(), std::back_inserter(work.results));
+  if (slice.end == work.items.size()) Answer(r, std::move(work.results));
+}
+
+void Scheduler::RunAlone(Request& request, TaskRegistry::Handle& handle) {
+  request.answered = true;
+  if (auto* score = std::get_if<ScoreWork>(&request.work)) {
+    score->done(handle.task->ScoreChoicesPrepared(handle.get(), score->items, request.overrides));
+  } else if (auto* generate = std::get_if<GenerateWork>(&request.work)) {
+    generate->done(handle.task->Generate(handle.get(), generate->input, std::move(generate->params),
+                                         request.overrides));
+  }
 }
 
 void Scheduler::RunBatch(std::vector<Slice> batch) {
@@ -206,7 +248,7 @@ void Scheduler::RunBatch(std::vector<Slice> batch) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - r.enqueued).count());
     }
     if (r.abandoned->load()) {
-      Answer(r, absl::CancelledError("cancelled while queued"));
+      Fail(r, absl::CancelledError("cancelled while queued"));
     } else {
       live.push_back(std::move(slice));
     }
@@ -215,18 +257,12 @@ void Scheduler::RunBatch(std::vector<Slice> batch) {
   const Request& first = *live.front().request;
   auto handle = registry_.Acquire(first.version);
   if (!handle.ok()) {
-    for (auto& slice : live) Answer(*slice.request, handle.status());
+    for (auto& slice : live) Fail(*slice.request, handle.status());
     return;
   }
-  if (first.job) {
-    absl::Status status = first.job(*handle);
-    Answer(*live.front().request,
-           status.ok() ? absl::StatusOr<std::vector<ClassifyResult>>(std::vector<ClassifyResult>{})
-                       : status);
-    return;
-  }
+  if (!first.classify()) return RunAlone(*live.front().request, *handle);
   auto items_of = [](const Slice& slice) {
-    const auto& all = slice.request->items;
+    const auto& all = slice.request->classify()->items;
     return std::vector<QueryWithCandidates>(all.begin() + static_cast<ptrdiff_t>(slice.begin),
                                             all.begin() + static_cast<ptrdiff_t>(slice.end));
   };
