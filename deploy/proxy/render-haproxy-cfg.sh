@@ -3,7 +3,10 @@
 # metrics address, and the replicas, each given as
 #   HOST:PORT            one `server` line (a replica at a fixed address), or
 #   dns+NAME:PORT/SLOTS  a `server-template` of SLOTS servers filled from NAME's DNS records
-#                        (Kubernetes: the headless Service of a Deployment's pods).
+#                        (Kubernetes: the headless Service of a Deployment's pods). NAME may be
+#                        an environment variable of HAProxy's, `${VAR}`, expanded when it starts:
+#                        HAProxy's resolvers use no search domains, so a Service needs its full
+#                        name, which holds the namespace.
 #
 #   deploy/proxy/render-haproxy-cfg.sh [--metrics HOST:PORT] LISTEN_HOST:PORT REPLICA [REPLICA ...]
 #
@@ -44,7 +47,18 @@ for replica in "$@"; do
       address=${replica#dns+}
       slots=${address##*/}
       address=${address%/*}
-      check_address "$address"
+      case $address in
+        '${'*) # HAProxy expands a variable inside double quotes
+          variable=${address#??}
+          variable=${variable%%\}*}
+          case $variable in
+            "" | *[!A-Z0-9_]*) echo "$0: not an environment variable: '$address'" >&2; exit 2 ;;
+          esac
+          check_address "${address#*\}}"
+          address="\"$address\""
+          ;;
+        *) check_address "$address" ;;
+      esac
       case $slots in "" | *[!0-9]*) echo "$0: not a slot count: '$slots'" >&2; exit 2 ;; esac
       line="server-template r${n}- ${slots} ${address} resolvers cluster_dns init-addr none"
       ;;

@@ -20,8 +20,9 @@ fields, which the closed subset below rejects; the two complement each other.
 
 WHAT IT CHECKS (default mode), on the objects `kubectl kustomize` renders:
   Schema (schema/k8s-subset.schema.json; closed objects):
-  - the apiVersion/kind pair is one of the few this deployment uses (apps/v1 StatefulSet, v1
-    Service/ConfigMap/Secret, policy/v1 PodDisruptionBudget, monitoring.coreos.com/v1
+  - the apiVersion/kind pair is one of the few this deployment uses (apps/v1 Deployment and
+    StatefulSet, batch/v1 CronJob, v1 Service/ConfigMap/Secret/PersistentVolumeClaim, policy/v1
+    PodDisruptionBudget, autoscaling/v2 HorizontalPodAutoscaler, monitoring.coreos.com/v1
     ServiceMonitor); removed or misspelled API versions fail;
   - required fields are present; no field outside the subset (typos fail); field types; enums;
     names (DNS-1123), label keys/values, container port numbers (1-65535) and names (IANA service
@@ -37,7 +38,10 @@ WHAT IT CHECKS (default mode), on the objects `kubectl kustomize` renders:
   - the ServiceMonitor selects a rendered Service, and its endpoint ports are named ports of it;
   - every volumeMount names a pod volume or a volumeClaimTemplate; volume names are unique and do
     not clash with claim templates; mount paths are unique; every volume is mounted somewhere;
-    no shared persistentVolumeClaim volume (per-replica storage comes from volumeClaimTemplates);
+    a persistentVolumeClaim volume names a rendered claim that every pod can mount at once
+    (ReadWriteMany, or ReadOnlyMany mounted read-only);
+  - a HorizontalPodAutoscaler scales a rendered Deployment/StatefulSet, minReplicas <=
+    maxReplicas, and a Pods metric named manyshot_* is one the server exports (server/*.cc);
   - every ConfigMap referenced (volume, env, envFrom) is rendered and has the keys referenced;
     every Secret referenced is rendered or named by --external-secret (a Secret the operator
     creates by hand, as deploy/k8s/README.md documents); optional: true references may be absent;
@@ -48,9 +52,13 @@ WHAT IT CHECKS (default mode), on the objects `kubectl kustomize` renders:
   - pod security: runAsNonRoot, a non-zero runAsUser, allowPrivilegeEscalation: false,
     readOnlyRootFilesystem: true with a volume mounted at /tmp, capabilities drop ALL and add
     none, not privileged, seccompProfile RuntimeDefault (or Localhost);
-  - every container has startup, readiness and liveness probes and cpu/memory requests; the
-    workload has exactly one manyshot-server container, a PodDisruptionBudget covering its pods,
-    a ServiceMonitor reaching its metrics port and the prometheus.io/scrape annotation;
+  - every container of a long-running workload (Deployment, StatefulSet) has startup, readiness
+    and liveness probes, every container cpu/memory requests, and a PodDisruptionBudget covers
+    the pods; a workload whose pods are labelled app.kubernetes.io/component server (or gc) has
+    exactly one manyshot-server container; the server's has a ServiceMonitor reaching its
+    metrics port and the prometheus.io/scrape annotation; a CronJob's manyshot-server runs --gc
+    with --shared_dir on a mounted ReadWriteMany claim; other workloads (the router) get the
+    generic checks only;
   - the manyshot-server container's flags (args and every --flagfile, with --flagfile=a,b lists
     and nested flagfiles, later overriding earlier, as absl does): each flagfile path is a key of
     a rendered ConfigMap mounted at that path; every line is blank, a '#' comment or --flag[=value];
@@ -58,12 +66,14 @@ WHAT IT CHECKS (default mode), on the objects `kubectl kustomize` renders:
     listen/metrics addresses are not loopback and their ports are container ports; the grpc
     probes use the listen port and, with TLS on, no probe is a grpc probe (the kubelet's grpc
     probe is plaintext only); the ServiceMonitor and prometheus.io/port reach the metrics port;
-    --data_dir is on a writable volumeClaimTemplate mount; file flags (tokens, TLS files, model dir) lie under
+    --shared_dir (when set) is on a writable ReadWriteMany claim; --data_dir is on a writable
+    volumeClaimTemplate mount, or with --shared_dir (the local tier is then a cache) on an emptyDir
+    with a sizeLimit; file flags (tokens, TLS files, model dir) lie under
     a mounted volume; TLS cert and key come together, a client CA or auth tokens need TLS (tokens
     without TLS are loopback-only in this server); --shutdown_grace_seconds is below
     terminationGracePeriodSeconds; --backend=cuda has an nvidia.com/gpu limit and a GPU limit is
     not paired with --backend=cpu; the KV memory budgets fit in the memory limit; a non-zero
-    --disk_budget_bytes is set and below the data claim's size; --threads fits the CPU limit.
+    --disk_budget_bytes is set and below the data volume's size; --threads fits the CPU limit.
     Flags left unset take the defaults that server/main.cc declares.
 
 WHAT IT DOES NOT CHECK:
@@ -376,12 +386,22 @@ def service_selects(selector, labels):
     return bool(selector) and all((labels or {}).get(k) == v for k, v in selector.items())
 
 
+LONG_RUNNING = ("StatefulSet", "Deployment")
+
+
 def workloads(objects):
     """(object, pod template) for every rendered workload."""
     for obj in objects:
-        if obj.get("kind") == "StatefulSet":
-            template = ((obj.get("spec") or {}).get("template")) or {}
-            yield obj, template
+        spec = obj.get("spec") or {}
+        if obj.get("kind") in LONG_RUNNING:
+            yield obj, spec.get("template") or {}
+        elif obj.get("kind") == "CronJob":
+            yield obj, ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}
+
+
+def pod_component(template):
+    """The app.kubernetes.io/component label of a pod template ("server", "gc", "router", ...)."""
+    return ((template.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
 
 
 def container_ports(pod_spec):
@@ -402,8 +422,10 @@ def resolve_port(ref, ports):
 
 
 class Checker:
-    def __init__(self, schema, external_secrets=(), external_configmaps=(), server_flags=None):
+    def __init__(self, schema, external_secrets=(), external_configmaps=(), server_flags=None,
+                 server_flags_path=None):
         self.schema = schema
+        self.server_flags_path = server_flags_path
         self.external_secrets = set(external_secrets)
         self.external_configmaps = set(external_configmaps)
         self.server_flags = server_flags
@@ -445,6 +467,8 @@ class Checker:
             self.check_service(svc)
         for pdb in self.by_kind.get("PodDisruptionBudget", []):
             self.check_pdb(pdb)
+        for hpa in self.by_kind.get("HorizontalPodAutoscaler", []):
+            self.check_hpa(hpa)
         for sm in self.by_kind.get("ServiceMonitor", []):
             self.check_service_monitor(sm)
 
@@ -482,12 +506,12 @@ class Checker:
         where = obj_id(sts)
         spec = sts.get("spec") or {}
         name = (sts.get("metadata") or {}).get("name") or ""
-        if len(name) > 52:
+        if sts.get("kind") == "StatefulSet" and len(name) > 52:
             self.error(where, "StatefulSet names longer than 52 characters break the "
                               "controller-revision-hash label")
         labels = (template.get("metadata") or {}).get("labels") or {}
         selector = spec.get("selector") or {}
-        if not selector_matches(selector, labels):
+        if sts.get("kind") in LONG_RUNNING and not selector_matches(selector, labels):
             self.error(where, f"spec.selector {selector} does not match the pod template labels {labels}")
         service_name = spec.get("serviceName")
         if service_name:
@@ -502,9 +526,9 @@ class Checker:
                 if not service_selects(svc_spec.get("selector"), labels):
                     self.error(where, f"the governing Service {service_name!r} does not select the pods")
         pod = template.get("spec") or {}
-        self.check_pod(where, sts, pod)
+        self.check_pod(where, sts, template, pod)
 
-    def check_pod(self, where, sts, pod):
+    def check_pod(self, where, sts, template, pod):
         claims = [((c.get("metadata") or {}).get("name")) for c in
                   ((sts.get("spec") or {}).get("volumeClaimTemplates") or [])]
         volumes = pod.get("volumes") or []
@@ -543,27 +567,77 @@ class Checker:
                 self.check_ref(where, "Secret", ref.get("secretName"), keys, ref.get("optional"),
                                f"volume {volume.get('name')!r}")
             if volume.get("persistentVolumeClaim"):
-                self.error(where, f"volume {volume.get('name')!r}: use volumeClaimTemplates for "
-                                  "per-replica storage, not a shared persistentVolumeClaim")
+                self.check_shared_claim(where, volume, containers)
         self.check_pod_security(where, pod, containers)
+        long_running = sts.get("kind") in LONG_RUNNING
         for container in pod.get("containers") or []:
             cwhere = f"{where} container {container.get('name')!r}"
             self.check_container_refs(cwhere, container)
-            self.check_probes(cwhere, container)
+            if long_running:
+                self.check_probes(cwhere, container)
             self.check_resources(cwhere, container)
         self.check_ports(where, pod)
         servers = [c for c in pod.get("containers") or []
                    if (c.get("command") or [""])[0].rsplit("/", 1)[-1] == "manyshot-server"]
-        if len(servers) != 1:
+        if pod_component(template) in ("server", "gc") and len(servers) != 1:
             self.error(where, f"needs exactly one container with command [manyshot-server, ...], "
                               f"has {len(servers)}")
         for container in servers:
-            self.check_manyshot(f"{where} container {container.get('name')!r}", sts, pod, container)
-        labels = (((sts.get("spec") or {}).get("template") or {}).get("metadata") or {}) \
-            .get("labels") or {}
-        if not any(selector_matches((p.get("spec") or {}).get("selector"), labels)
-                   for p in self.by_kind.get("PodDisruptionBudget", [])):
+            cwhere = f"{where} container {container.get('name')!r}"
+            if long_running:
+                self.check_manyshot(cwhere, sts, pod, container)
+            else:
+                self.check_manyshot_gc(cwhere, pod, container)
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        if long_running and not any(selector_matches((p.get("spec") or {}).get("selector"), labels)
+                                    for p in self.by_kind.get("PodDisruptionBudget", [])):
             self.error(where, "no PodDisruptionBudget covers the pods")
+
+    def check_shared_claim(self, where, volume, containers):
+        """A claim that every pod of the workload mounts: rendered, and mountable by all at once."""
+        ref = volume["persistentVolumeClaim"]
+        claim = self.find("PersistentVolumeClaim", ref.get("claimName"))
+        what = f"volume {volume.get('name')!r}"
+        if claim is None:
+            self.error(where, f"{what} references PersistentVolumeClaim {ref.get('claimName')!r}, "
+                              "which is not rendered")
+            return
+        modes = (claim.get("spec") or {}).get("accessModes") or []
+        read_only = ref.get("readOnly") or all(
+            m.get("readOnly") for c in containers for m in c.get("volumeMounts") or []
+            if m.get("name") == volume.get("name"))
+        if "ReadWriteMany" not in modes and not (read_only and "ReadOnlyMany" in modes):
+            self.error(where, f"{what}: claim {ref.get('claimName')!r} is {modes}, but every pod "
+                              "mounts it: a shared claim must be ReadWriteMany")
+
+    def check_hpa(self, hpa):
+        where = obj_id(hpa)
+        spec = hpa.get("spec") or {}
+        target = spec.get("scaleTargetRef") or {}
+        if target.get("kind") not in LONG_RUNNING or self.find(target.get("kind"),
+                                                               target.get("name")) is None:
+            self.error(where, f"scaleTargetRef {target.get('kind')}/{target.get('name')} names no "
+                              "rendered Deployment or StatefulSet")
+        if spec.get("minReplicas", 1) > spec.get("maxReplicas", 1):
+            self.error(where, "minReplicas is above maxReplicas")
+        exported = self.exported_metrics()
+        for metric in spec.get("metrics") or []:
+            name = ((metric.get("pods") or {}).get("metric") or {}).get("name") or ""
+            if metric.get("type") == "Pods" and name.startswith("manyshot_") and \
+                    exported is not None and name not in exported:
+                self.error(where, f"metric {name!r} is not one manyshot-server exports")
+
+    def exported_metrics(self):
+        """Metric names registered in server/*.cc (next to --server-flags), or None."""
+        if not self.server_flags_path:
+            return None
+        names = set()
+        server_dir = os.path.dirname(self.server_flags_path)
+        for name in os.listdir(server_dir):
+            if name.endswith(".cc"):
+                with open(os.path.join(server_dir, name), encoding="utf-8") as f:
+                    names.update(re.findall(r'\.Name\("(manyshot_[a-z0-9_]+)"\)', f.read()))
+        return names
 
     def check_ref(self, where, kind, name, keys, optional, what):
         if name is None:
@@ -809,7 +883,31 @@ class Checker:
     POLICY_FLAGS = ("listen_address", "metrics_address", "data_dir", "shutdown_grace_seconds",
                     "backend", "threads", "memory_budget_bytes", "host_memory_budget_bytes",
                     "disk_budget_bytes", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
-                    "auth_tokens_file", "model_dir", "port_file")
+                    "auth_tokens_file", "model_dir", "port_file", "shared_dir", "gc")
+
+    def check_manyshot_gc(self, where, pod, container):
+        """A Job's manyshot-server: --gc with --shared_dir on a writable, shared claim."""
+        if self.server_flags is None:
+            return
+        flags = {name: flag.default for name, flag in self.server_flags.items()}
+        flags.update(self.collect_flags(where, pod, container))
+        if flags.get("gc") != "true":
+            self.error(where, "a Job's manyshot-server must run --gc (serving needs a Deployment)")
+        if not flags.get("shared_dir"):
+            self.error(where, "--gc needs --shared_dir")
+        else:
+            self.check_shared_dir(where, flags, pod, container)
+
+    def check_shared_dir(self, where, flags, pod, container):
+        path = flags["shared_dir"]
+        mount = self.mount_for(container, path)[0] if path.startswith("/") else None
+        volume = next((v for v in pod.get("volumes") or []
+                       if mount and v.get("name") == mount.get("name")), None)
+        if volume is None or not volume.get("persistentVolumeClaim"):
+            self.error(where, f"--shared_dir={path} is not on a persistentVolumeClaim volume "
+                              "(the replicas must share it)")
+        elif mount.get("readOnly") or volume["persistentVolumeClaim"].get("readOnly"):
+            self.error(where, f"--shared_dir={path} is mounted read-only")
 
     def check_manyshot(self, where, sts, pod, container):
         if self.server_flags is None:
@@ -828,7 +926,7 @@ class Checker:
         self.check_tls_and_probes(where, flags, container, grpc_port)
         if metrics_port is not None:
             self.check_scraping(where, sts, container, metrics_port)
-        self.check_storage(where, flags, sts, container)
+        self.check_storage(where, flags, sts, pod, container)
         self.check_sizing(where, flags, pod, container)
 
     def address_port(self, where, flags, flag, ports):
@@ -900,26 +998,42 @@ class Checker:
         if not scraped:
             self.error(where, f"no ServiceMonitor scrapes the metrics port {metrics_port}")
 
-    def check_storage(self, where, flags, sts, container):
+    def data_volume_size(self, where, flags, sts, pod, container):
+        """The size of the volume under --data_dir, or None (errors given when it is no fit)."""
         claims = {((c.get("metadata") or {}).get("name")): c for c in
                   ((sts.get("spec") or {}).get("volumeClaimTemplates") or [])}
         data_dir = flags["data_dir"] or ""
         mount = self.mount_for(container, data_dir)[0] if data_dir.startswith("/") else None
         claim = claims.get(mount.get("name")) if mount else None
-        if claim is None:
-            self.error(where, f"--data_dir={data_dir} is not on a volumeClaimTemplate "
-                              "(RocksDB must be on a persistent disk)")
-        elif mount.get("readOnly"):
+        volume = next((v for v in pod.get("volumes") or []
+                       if mount and v.get("name") == mount.get("name")), {})
+        if mount is not None and mount.get("readOnly"):
             self.error(where, f"--data_dir={data_dir} is mounted read-only")
-        else:
-            storage = parse_quantity(((claim.get("spec") or {}).get("resources") or {})
-                                     .get("requests", {}).get("storage"))
-            disk = int(flags["disk_budget_bytes"])
-            if disk == 0:
-                self.error(where, "--disk_budget_bytes=0 (unlimited) would let RocksDB fill the "
-                                  "data claim; set it below the claim's size")
-            elif storage is not None and disk >= storage:
-                self.error(where, f"--disk_budget_bytes={disk} is not below the data claim's size")
+            return None
+        if claim is not None:
+            return parse_quantity(((claim.get("spec") or {}).get("resources") or {})
+                                  .get("requests", {}).get("storage"))
+        if volume.get("emptyDir") is not None and flags["shared_dir"]:
+            # With a shared tier the local tier is a cache: node-local disk will do.
+            size = parse_quantity((volume["emptyDir"] or {}).get("sizeLimit"))
+            if size is None:
+                self.error(where, f"--data_dir={data_dir}: the emptyDir needs a sizeLimit")
+            return size
+        self.error(where, f"--data_dir={data_dir} is not on a volumeClaimTemplate "
+                          "(RocksDB must be on a persistent disk, or be a cache of --shared_dir "
+                          "on an emptyDir)")
+        return None
+
+    def check_storage(self, where, flags, sts, pod, container):
+        if flags["shared_dir"]:
+            self.check_shared_dir(where, flags, pod, container)
+        storage = self.data_volume_size(where, flags, sts, pod, container)
+        disk = int(flags["disk_budget_bytes"])
+        if disk == 0:
+            self.error(where, "--disk_budget_bytes=0 (unlimited) would let RocksDB fill the "
+                              "data volume; set it below the volume's size")
+        elif storage is not None and disk >= storage:
+            self.error(where, f"--disk_budget_bytes={disk} is not below the data volume's size")
         for flag in ("auth_tokens_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
                      "model_dir", "port_file"):
             path = flags[flag]
@@ -1067,7 +1181,7 @@ def main(argv):
             continue
         server_flags = load_server_flags(args.server_flags) if args.server_flags else None
         checker = Checker(Schema(args.schema), args.external_secret, args.external_configmap,
-                          server_flags)
+                          server_flags, args.server_flags)
         errors = checker.check(documents)
         kinds = sorted({obj_id(d).split("/")[0] for d in documents if isinstance(d, dict)})
         for message in errors:

@@ -2,9 +2,9 @@
 """Runs the real manyshot-server with the flags a rendered manifest gives it, on loopback.
 
 k8s_check.py checks flag names and value types; this shows the server accepts the whole set:
-  1. `kubectl kustomize DIR`; the StatefulSet's manyshot-server container and its volumes are
-     laid out under a temporary directory (ConfigMap keys as files, the data claim and emptyDirs
-     as empty directories, the Secrets manyshot-tls and manyshot-auth made up here: a throwaway
+  1. `kubectl kustomize DIR`; the server Deployment's manyshot-server container and its volumes
+     are laid out under a temporary directory (ConfigMap keys as files, the shared claim and
+     emptyDirs as empty directories, the Secrets manyshot-tls and manyshot-auth made up here: a throwaway
      self-signed certificate for localhost, which also serves as client CA and client
      certificate, and a tokens file). Mount paths in the arguments and flagfiles are rewritten to
      those directories.
@@ -100,8 +100,10 @@ def main():
         print(f"FAIL {problem}")
         return 1
     docs = k8s_check.load_yaml_documents(text, args.kustomize)
-    sts = next(d for d in docs if d["kind"] == "StatefulSet")
-    pod = sts["spec"]["template"]["spec"]
+    workload = next(d for d in docs if d["kind"] in ("Deployment", "StatefulSet")
+                    and d["spec"]["template"]["metadata"]["labels"].get(
+                        "app.kubernetes.io/component") == "server")
+    pod = workload["spec"]["template"]["spec"]
     container = next(c for c in pod["containers"] if c.get("command", [""])[0] == "manyshot-server")
     configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     volumes = {v["name"]: v for v in pod.get("volumes", [])}

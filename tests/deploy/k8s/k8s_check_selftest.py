@@ -41,8 +41,16 @@ def named(docs, kind, name):
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
+def server(docs):
+    return named(docs, "Deployment", "manyshot")
+
+
 def pod(docs):
-    return first(docs, "StatefulSet")["spec"]["template"]["spec"]
+    return server(docs)["spec"]["template"]["spec"]
+
+
+def gc_container(docs):
+    return first(docs, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
 
 
 def container(docs):
@@ -127,19 +135,41 @@ MUTATIONS = [
     ("cpu", "removed PodDisruptionBudget API",
      set_path(lambda d: first(d, "PodDisruptionBudget"), "apiVersion", "policy/v1beta1"),
      "'policy/v1beta1 PodDisruptionBudget' is not one this deployment uses"),
-    ("cpu", "StatefulSet without serviceName",
-     lambda d: first(d, "StatefulSet")["spec"].pop("serviceName"),
-     "missing required field 'serviceName'"),
+    ("cpu", "Deployment without selector",
+     lambda d: server(d)["spec"].pop("selector"),
+     "missing required field 'selector'"),
     ("cpu", "selector misses the template labels",
-     set_path(lambda d: first(d, "StatefulSet")["spec"]["template"]["metadata"]["labels"],
-              "app.kubernetes.io/component", "worker"),
+     set_path(lambda d: server(d)["spec"]["template"]["metadata"]["labels"],
+              "app.kubernetes.io/name", "worker"),
      "does not match the pod template labels"),
-    ("cpu", "serviceName is the client (non-headless) Service",
-     set_path(lambda d: first(d, "StatefulSet")["spec"], "serviceName", "manyshot"),
-     "is not a headless Service"),
-    ("cpu", "serviceName names no Service",
-     set_path(lambda d: first(d, "StatefulSet")["spec"], "serviceName", "manyshot-hedless"),
-     "names no rendered Service"),
+    ("cpu", "shared claim that one node at a time can mount",
+     set_path(lambda d: first(d, "PersistentVolumeClaim")["spec"], "accessModes",
+              ["ReadWriteOnce"]),
+     "a shared claim must be ReadWriteMany"),
+    ("cpu", "shared claim not rendered",
+     lambda d: d.remove(first(d, "PersistentVolumeClaim")),
+     "references PersistentVolumeClaim 'manyshot-shared', which is not rendered"),
+    ("cpu", "shared tier mounted read-only",
+     lambda d: next(m for m in container(d)["volumeMounts"] if m["name"] == "shared")
+     .update(readOnly=True),
+     "--shared_dir=/shared is mounted read-only"),
+    ("cpu", "shared tier on no claim", add_flag("flags", "--shared_dir=/tmp/shared"),
+     "--shared_dir=/tmp/shared is not on a persistentVolumeClaim volume"),
+    ("cpu", "GC CronJob that does not collect",
+     lambda d: gc_container(d)["args"].remove("--gc"), "a Job's manyshot-server must run --gc"),
+    ("cpu", "GC CronJob on the wrong directory",
+     lambda d: gc_container(d)["args"].append("--shared_dir=/tmp"),
+     "--shared_dir=/tmp is not on a persistentVolumeClaim volume"),
+    ("cpu", "router without a PodDisruptionBudget",
+     lambda d: d.remove(named(d, "PodDisruptionBudget", "manyshot-router")),
+     "Deployment/manyshot-router: no PodDisruptionBudget covers the pods"),
+    ("secure-cpu", "HPA scaling nothing rendered",
+     lambda d: first(d, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"].update(name="other"),
+     "scaleTargetRef Deployment/other names no rendered Deployment"),
+    ("secure-cpu", "HPA on a metric the server does not export",
+     lambda d: first(d, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["metric"]
+     .update(name="manyshot_queue_depth"),
+     "metric 'manyshot_queue_depth' is not one manyshot-server exports"),
     ("cpu", "PDB selector misses the pods",
      set_path(lambda d: first(d, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
               "app.kubernetes.io/name", "manyshoot"),
@@ -202,7 +232,7 @@ MUTATIONS = [
     ("cpu", "seccomp unconfined", security("seccompProfile", {"type": "Unconfined"}),
      "seccompProfile.type must be RuntimeDefault"),
     ("cpu", "annotation value not a string",
-     set_path(lambda d: first(d, "StatefulSet")["spec"]["template"]["metadata"]["annotations"],
+     set_path(lambda d: server(d)["spec"]["template"]["metadata"]["annotations"],
               "prometheus.io/scrape", True),
      "expected string, got bool True"),
     ("cpu", "invalid label value",
@@ -220,7 +250,7 @@ MUTATIONS = [
     ("cpu", "no ServiceMonitor", lambda d: d.remove(first(d, "ServiceMonitor")),
      "no ServiceMonitor scrapes the metrics port 9464"),
     ("cpu", "no scrape annotation",
-     lambda d: first(d, "StatefulSet")["spec"]["template"]["metadata"]["annotations"]
+     lambda d: server(d)["spec"]["template"]["metadata"]["annotations"]
      .pop("prometheus.io/scrape"), "lacks the annotation prometheus.io/scrape"),
     ("cpu", "no memory request",
      lambda d: container(d)["resources"]["requests"].pop("memory"), "no memory request"),
@@ -241,11 +271,14 @@ MUTATIONS = [
     ("cpu", "metrics port not exposed", add_flag("flags", "--metrics_address=0.0.0.0:9100"),
      "--metrics_address=0.0.0.0:9100: port 9100 is not a container port"),
     ("cpu", "prometheus.io/port is not the metrics port",
-     set_path(lambda d: first(d, "StatefulSet")["spec"]["template"]["metadata"]["annotations"],
+     set_path(lambda d: server(d)["spec"]["template"]["metadata"]["annotations"],
               "prometheus.io/port", "9465"),
      "prometheus.io/port '9465' is not the metrics port 9464"),
-    ("cpu", "RocksDB on an emptyDir", add_flag("flags", "--data_dir=/tmp/data"),
-     "is not on a volumeClaimTemplate (RocksDB must be on a persistent disk)"),
+    ("cpu", "RocksDB on an emptyDir without a shared tier", add_flag("flags", "--shared_dir="),
+     "is not on a volumeClaimTemplate (RocksDB must be on a persistent disk"),
+    ("cpu", "local tier on an emptyDir without a size limit",
+     lambda d: next(v for v in pod(d)["volumes"] if v["name"] == "data").update(emptyDir={}),
+     "--data_dir=/data: the emptyDir needs a sizeLimit"),
     ("cpu", "grace period shorter than the drain",
      set_path(pod, "terminationGracePeriodSeconds", 20),
      "--shutdown_grace_seconds=20 must be below terminationGracePeriodSeconds (20)"),
@@ -269,9 +302,10 @@ MUTATIONS = [
      add_flag("gpu.flags", "--host_memory_budget_bytes=34359738368"),
      "--host_memory_budget_bytes=34359738368 does not fit in the memory limit 24Gi"),
     ("cpu", "unlimited disk budget", add_flag("flags", "--disk_budget_bytes=0"),
-     "--disk_budget_bytes=0 (unlimited) would let RocksDB fill the data claim"),
-    ("cpu", "disk budget above the claim", add_flag("flags", "--disk_budget_bytes=107374182400"),
-     "--disk_budget_bytes=107374182400 is not below the data claim's size"),
+     "--disk_budget_bytes=0 (unlimited) would let RocksDB fill the data volume"),
+    ("cpu", "disk budget above the local volume",
+     add_flag("flags", "--disk_budget_bytes=107374182400"),
+     "--disk_budget_bytes=107374182400 is not below the data volume's size"),
     ("cpu", "threads above the CPU limit", add_flag("cpu.flags", "--threads=0"),
      "--threads=0 does not fit the CPU limit 4"),
 ]
@@ -334,7 +368,7 @@ def main():
     server_flags = k8s_check.load_server_flags(main_cc)
 
     def run(name, objects, external=EXTERNAL_SECRETS):
-        return k8s_check.Checker(schema, external, (), server_flags).check(objects)
+        return k8s_check.Checker(schema, external, (), server_flags, main_cc).check(objects)
 
     for name in renders:  # the control: unmodified renders pass
         errors = run(name, copy.deepcopy(docs[name]))

@@ -18,7 +18,11 @@ import tempfile
 
 ROUTER_CFG = "deploy/k8s/router/haproxy.cfg"
 # How deploy/k8s/router/haproxy.cfg is rendered.
-ROUTER_ARGS = ["--metrics", "0.0.0.0:8404", "0.0.0.0:50051", "dns+manyshot-headless:50051/16"]
+ROUTER_ARGS = ["--metrics", "0.0.0.0:8404", "0.0.0.0:50051",
+               "dns+${MANYSHOT_REPLICAS_DNS}:50051/16"]
+# What the router's Deployment sets (the headless Service's full name: HAProxy's resolvers use no
+# search domains).
+ROUTER_ENV = {"MANYSHOT_REPLICAS_DNS": "manyshot-headless.default.svc.cluster.local"}
 REQUIRED_LINES = [
     "balance hdr(x-manyshot-task)",
     "hash-type consistent",
@@ -38,7 +42,7 @@ def haproxy_check(haproxy, text):
         f.write(text)
     try:
         result = subprocess.run([haproxy, "-c", "-f", f.name], capture_output=True, text=True,
-                                check=False)
+                                check=False, env=dict(os.environ, **ROUTER_ENV))
     finally:
         os.unlink(f.name)
     return result.returncode, result.stdout + result.stderr
@@ -63,7 +67,7 @@ def main():
             errors.append(f"{name}: render failed: {result.stderr.strip()}")
             continue
         text = texts[name] = result.stdout
-        if "${" in text:
+        if "${MANYSHOT_PROXY" in text or "${MANYSHOT_REPLICAS}" in text:
             errors.append(f"{name}: an unrendered placeholder is left")
         code, output = haproxy_check(haproxy, text)
         if code != 0:
@@ -82,7 +86,7 @@ def main():
     for i, port in enumerate([50061, 50062, 50063], start=1):
         if f"server r{i} 127.0.0.1:{port}" not in fixed:
             errors.append(f"fixed: no server line r{i} for port {port}")
-    if "server-template r1- 16 manyshot-headless:50051 resolvers cluster_dns" not in \
+    if 'server-template r1- 16 "${MANYSHOT_REPLICAS_DNS}:50051" resolvers cluster_dns' not in \
             texts.get("kubernetes", ""):
         errors.append("kubernetes: no server-template over the headless Service")
 
@@ -90,8 +94,9 @@ def main():
     code, _ = haproxy_check(haproxy, fixed.replace("hash-type consistent", "hash-type nonsense"))
     if code == 0:
         errors.append("haproxy -c accepted `hash-type nonsense`: the check proves nothing")
-    if render(repo, ["0.0.0.0:50051", "bad address"]).returncode != 2:
-        errors.append("the render script accepted a bad replica address")
+    for bad in ("bad address", "dns+${X;rm}:50051/4", "dns+host:50051/many"):
+        if render(repo, ["0.0.0.0:50051", bad]).returncode != 2:
+            errors.append(f"the render script accepted the replica {bad!r}")
 
     router = os.path.join(repo, ROUTER_CFG)
     committed = open(router, encoding="utf-8").read() if os.path.exists(router) else None
