@@ -1,0 +1,79 @@
+#include "cache/shared/shared_context.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/blob_format.h"
+#include "cache/kv_stream.h"
+#include "engine/task/cache_key.h"
+
+namespace manyshot::shared {
+
+absl::Status WriteSharedContext(const SharedKvFiles& files, const std::string& key,
+                                const EncodedContext& ctx, DType dtype, Backend& backend,
+                                uint64_t chunk_bytes, WriteMode mode, bool* published) {
+  if (published != nullptr) *published = false;
+  if (mode == WriteMode::kKeepExisting && files.Exists(key)) return files.Touch(key);
+  auto stored = ConvertContext(ctx, dtype, backend);
+  if (!stored.ok()) return stored.status();
+  auto shape = ShapeOf(*stored);
+  if (!shape.ok()) return shape.status();
+  BlobHeader header;
+  header.format_version = kCacheFormatVersion;
+  header.key = key;
+  header.shape = *shape;
+  header.chunk_bytes = chunk_bytes;
+  header.total_bytes = shape->PayloadBytes();
+  // The header, which comes first in the file, holds every chunk's checksum: one pass to
+  // checksum, one to write (the context is immutable, so both see the same bytes).
+  absl::Status s =
+      ForEachPayloadChunk(*stored, backend, chunk_bytes, [&](uint64_t, std::string_view chunk) {
+        header.chunk_checksums.push_back(ChunkChecksum(chunk));
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  const auto fill = [&](FileSink& sink) {
+    return ForEachPayloadChunk(
+        *stored, backend, chunk_bytes,
+        [&](uint64_t, std::string_view chunk) { return sink.Append(chunk); });
+  };
+  if (mode == WriteMode::kReplace) {
+    s = files.Replace(header, fill);
+    if (s.ok() && published != nullptr) *published = true;
+    return s;
+  }
+  bool wrote = false;
+  s = files.Put(header, fill, &wrote);
+  if (published != nullptr) *published = wrote;
+  return s;
+}
+
+absl::StatusOr<SharedContext> ReadSharedContext(const SharedKvFiles& files, const std::string& key,
+                                                Backend& backend) {
+  auto reader = files.Open(key);
+  if (!reader.ok()) return reader.status();
+  const BlobHeader& header = (*reader)->header();
+  if (header.format_version != kCacheFormatVersion) {
+    return absl::DataLossError(absl::StrCat("shared KV file of ", key, " is in format ",
+                                            header.format_version, ", this server reads ",
+                                            kCacheFormatVersion));
+  }
+  SharedContext out;
+  auto ctx = AllocateContext(backend, header.shape);
+  if (!ctx.ok()) return ctx.status();
+  out.context = *std::move(ctx);
+  {
+    PayloadAssembler assembler(&out.context, header.shape.dtype, backend);
+    std::vector<char> chunk(header.chunk_bytes);
+    for (uint64_t i = 0; i < header.ChunkCount(); ++i) {
+      if (absl::Status s = (*reader)->ReadChunk(i, chunk.data()); !s.ok()) return s;
+      const uint64_t size = header.ChunkSize(i);
+      if (absl::Status s = assembler.Feed(std::string_view(chunk.data(), size)); !s.ok()) return s;
+      out.bytes += size;
+    }
+    if (absl::Status s = assembler.Finish(); !s.ok()) return s;
+  }
+  return out;
+}
+
+}  // namespace manyshot::shared
