@@ -161,6 +161,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   manyshot::server::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen_address);
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.shared_dir = absl::GetFlag(FLAGS_shared_dir);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.model_dir = absl::GetFlag(FLAGS_model_dir);
   config.default_tokenizer_dir = absl::GetFlag(FLAGS_default_tokenizer_dir);
@@ -257,10 +258,6 @@ int main(int argc, char** argv) {
          std::chrono::seconds(absl::GetFlag(FLAGS_gc_grace_seconds)),
          absl::GetFlag(FLAGS_gc_dry_run)},
         std::cout, std::cerr);
-  }
-  if (!absl::GetFlag(FLAGS_shared_dir).empty()) {
-    std::fprintf(stderr, "manyshot-server: --shared_dir serves only with --gc in this build\n");
-    return 2;
   }
   manyshot::server::ServerConfig config = ConfigFromFlags();
 

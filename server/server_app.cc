@@ -192,6 +192,14 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   app->cache_ = *std::move(cache);
   app->registry_ = std::make_unique<TaskRegistry>(*app->model_, *app->cache_, app->config_);
   if (auto s = app->registry_->Restore(); !s.ok()) return s;
+  app->shared_metrics_ = std::make_unique<SharedMetrics>(app->metrics_->registry());
+  if (!config.shared_dir.empty()) {
+    auto shared = SharedTier::Open(config.shared_dir, *app->model_->backend,
+                                   app->cache_->storage_dtype(), *app->shared_metrics_);
+    if (!shared.ok()) return shared.status();
+    app->shared_ = *std::move(shared);
+    app->registry_->AttachShared(app->shared_.get());
+  }
   app->service_metrics_ = std::make_unique<ServiceMetrics>(
       app->metrics_->registry(), *app->cache_,
       app->model_->backend->device() == Device::kCUDA ? "gpu" : "host");

@@ -16,6 +16,8 @@
 #include "server/scheduler.h"
 #include "server/server_config.h"
 #include "server/service_metrics.h"
+#include "server/shared_metrics.h"
+#include "server/shared_tier.h"
 #include "server/store_watch.h"
 #include "server/task_registry.h"
 
@@ -41,6 +43,8 @@ class ServerApp {
   std::unique_ptr<Metrics> metrics_;
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<ContextCache> cache_;
+  std::unique_ptr<SharedMetrics> shared_metrics_;
+  std::unique_ptr<SharedTier> shared_;  // null without --shared_dir
   std::unique_ptr<TaskRegistry> registry_;
   std::unique_ptr<ServiceMetrics> service_metrics_;
   std::shared_ptr<prometheus::Collectable> task_collector_;  // task states for /metrics

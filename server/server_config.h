@@ -10,8 +10,9 @@ namespace manyshot::server {
 struct ServerConfig {
   std::string listen_address = "127.0.0.1:50051";  // host:port; port 0 picks a free one
   std::string metrics_address = "127.0.0.1:9464";  // host:port for Prometheus /metrics; "" = off
-  std::string data_dir = "manyshot-data";          // RocksDB and the generated default model
-  std::string model_dir;                           // HF model directory; "" = generated default
+  std::string shared_dir;  // the directory the replicas of a cluster share; empty: none
+  std::string data_dir = "manyshot-data";  // RocksDB and the generated default model
+  std::string model_dir;                   // HF model directory; "" = generated default
   // GPT-2 vocab.json + merges.txt for generating the default model (installed by setup.sh).
   std::string default_tokenizer_dir = "/usr/local/share/manyshot/gpt2";
   std::string port_file;      // when set, the bound ports are written here ("grpc=N\nmetrics=M\n")

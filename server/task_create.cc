@@ -84,6 +84,8 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   const std::string hash = ContentHash(spec, demos);
   const std::string key = Key(tenant, task_id);
   CreateSlot slot(*this, key);
+  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
+  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
 
   const int64_t now = NowMicros();
   auto begun = BeginCreate(tenant, task_id, spec, hash, replace, now);
@@ -105,9 +107,16 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   if (!prepared->context) {
     version->stored.mutable_task()->mutable_stats()->set_encode_seconds(SecondsSince(start));
   }
+  // The same context may already be in the shared tier (an equal task): restored, not encoded.
+  if (prepared->context) {
+    RestoreShared(*version, [context = prepared->context](const EncodedContext& ctx) {
+      return context->Check(ctx);
+    });
+  }
   // Pinned until the task is published, so that the reply reports it in memory.
   auto pinned = Store(*version, *prepared, progress);
   if (!pinned.ok()) return fail(pinned.status());
+  if (auto s = PublishShared(*version, *pinned, replace); !s.ok()) return fail(s);
   return Publish(version, previous);
 }
 

@@ -172,6 +172,8 @@ TaskRegistry::CreateResult TaskRegistry::Publish(const std::shared_ptr<TaskVersi
 
 absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
+  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
+  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
   Entry entry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -186,6 +188,10 @@ absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std:
 
 std::vector<v1::Task> TaskRegistry::List(const std::string& tenant, const std::string& after,
                                          size_t limit, bool* more) {
+  if (auto s = SyncSharedTenant(tenant); !s.ok()) {
+    spdlog::warn("ListTasks: the shared catalog was not read; listing this replica's tasks: {}",
+                 s.ToString());
+  }
   std::vector<Entry> page;
   *more = false;
   {
@@ -209,6 +215,7 @@ std::vector<v1::Task> TaskRegistry::List(const std::string& tenant, const std::s
 absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
                                               const std::string& task_id) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
+  if (auto s = DeleteShared(tenant, task_id); !s.ok()) return s;
   const std::string key = Key(tenant, task_id);
   Entry entry;
   {
@@ -249,8 +256,9 @@ absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
 }
 
 absl::StatusOr<std::shared_ptr<const TaskVersion>> TaskRegistry::Resolve(
-    const std::string& tenant, const std::string& task_id) const {
+    const std::string& tenant, const std::string& task_id) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
+  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(Key(tenant, task_id));
   if (it == entries_.end() || it->second.deleting) {
@@ -301,7 +309,10 @@ absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
   }
   if (!context) return handle;
   EncodeFn encode;
-  if (!version->retired.load()) encode = [context]() { return context->Encode(nullptr); };
+  if (!version->retired.load()) {
+    encode = SharedEncode(*version, [context]() { return context->Encode(nullptr); });
+  }
+  RestoreShared(*version, [context](const EncodedContext& ctx) { return context->Check(ctx); });
   auto pinned =
       cache_.Acquire(version->record.kv_key, encode,
                      [context](const EncodedContext& ctx) { return context->Check(ctx); });

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,7 +31,13 @@
 #include "server/server_config.h"
 #include "server/task_version.h"
 
+namespace manyshot::shared {
+struct Manifest;
+}
+
 namespace manyshot::server {
+
+class SharedTier;
 
 class TaskRegistry {
  public:
@@ -81,7 +88,7 @@ class TaskRegistry {
   // The version a request is answered against: NOT_FOUND, or FAILED_PRECONDITION naming the state
   // when the task is ENCODING or FAILED.
   absl::StatusOr<std::shared_ptr<const TaskVersion>> Resolve(const std::string& tenant,
-                                                             const std::string& task_id) const;
+                                                             const std::string& task_id);
 
   // A version ready for queries: its engine task and (tasks with a cached context) its context,
   // pinned for as long as the handle lives.
@@ -98,6 +105,9 @@ class TaskRegistry {
   // Built from the stored spec on first use after a restart (tokenizing the demonstrations, no
   // encoding); thread-safe.
   absl::StatusOr<std::shared_ptr<ServedTask>> EngineTask(const TaskVersion& version);
+
+  // Serves from the shared tier too (--shared_dir; server/shared_sync.cc): set before serving.
+  void AttachShared(SharedTier* shared);
 
  private:
   struct Entry {
@@ -164,6 +174,17 @@ class TaskRegistry {
   // pinned; empty otherwise).
   absl::StatusOr<PinnedContext> Store(TaskVersion& version, const PreparedTask& prepared,
                                       const Progress& progress);
+
+  // The shared tier's side (server/shared_sync.cc); each is a no-op without one.
+  absl::Status SyncShared(const std::string& tenant, const std::string& task_id);
+  absl::Status SyncSharedTenant(const std::string& tenant);
+  absl::Status InstallShared(const shared::Manifest& manifest);
+  absl::Status PublishShared(TaskVersion& version, const PinnedContext& context, bool replace);
+  absl::Status DeleteShared(const std::string& tenant, const std::string& task_id);
+  void RestoreShared(const TaskVersion& version, const ValidateFn& validate);
+  EncodeFn SharedEncode(const TaskVersion& version, EncodeFn encode);
+  SharedTier* shared_ = nullptr;
+  std::set<std::string> shared_damaged_;  // KV keys found damaged; guarded by mutex_
 
   const LoadedModel& model_;
   ContextCache& cache_;

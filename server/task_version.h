@@ -22,6 +22,8 @@ namespace manyshot::server {
 struct TaskVersion {
   // Unique per server process: the scheduler batches requests of one version only.
   uint64_t generation = 0;
+  // The shared tier's version number of this task version (--shared_dir); 0: not shared.
+  uint64_t shared_version = 0;
   std::string tenant;
   std::string task_id;
   TaskRecord record;

@@ -1,0 +1,100 @@
+#include "server/shared_tier.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "cache/shared/shared_context.h"
+
+namespace manyshot::server {
+namespace {
+
+// KV files are read and written in chunks of this size (each with its own checksum).
+constexpr uint64_t kSharedChunkBytes = uint64_t{4} << 20;
+
+std::string ReplicaName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedTier>> SharedTier::Open(const std::string& dir,
+                                                             Backend& backend, DType storage_dtype,
+                                                             SharedMetrics& metrics) {
+  auto opened = shared::SharedDirectory::Open(dir, ReplicaName());
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("--shared_dir=", dir, ": ", opened.status().message()));
+  }
+  return std::unique_ptr<SharedTier>(
+      new SharedTier(*std::move(opened), backend, storage_dtype, metrics));
+}
+
+absl::StatusOr<shared::Manifest> SharedTier::Latest(const std::string& tenant,
+                                                    const std::string& id) const {
+  return manifests_.Latest(tenant, id);
+}
+
+bool SharedTier::IsCurrent(const std::string& tenant, const std::string& id,
+                           uint64_t version) const {
+  metrics_.revalidations.Increment();
+  auto current = manifests_.IsCurrent(tenant, id, version);
+  return current.ok() && *current;
+}
+
+absl::StatusOr<std::vector<shared::Manifest>> SharedTier::List(const std::string& tenant) const {
+  auto all = manifests_.ListTenant(tenant);
+  if (!all.ok()) return all.status();
+  std::vector<shared::Manifest> live;
+  for (shared::Manifest& m : *all) {
+    if (!m.tombstone) live.push_back(std::move(m));
+  }
+  std::sort(live.begin(), live.end(),
+            [](const shared::Manifest& a, const shared::Manifest& b) { return a.id < b.id; });
+  return live;
+}
+
+absl::Status SharedTier::PublishRecord(const TaskRecord& record, const std::string& id, bool has_kv,
+                                       uint64_t version) const {
+  shared::Manifest manifest;
+  manifest.tenant = record.tenant;
+  manifest.id = id;
+  manifest.version = version;
+  if (has_kv) manifest.kv_keys = {record.kv_key};
+  manifest.body = SerializeTaskRecord(record);
+  return manifests_.Publish(std::move(manifest));
+}
+
+absl::Status SharedTier::PublishTombstone(const std::string& tenant, const std::string& id,
+                                          uint64_t version) const {
+  shared::Manifest manifest;
+  manifest.tenant = tenant;
+  manifest.id = id;
+  manifest.version = version;
+  manifest.tombstone = true;
+  return manifests_.Publish(std::move(manifest));
+}
+
+absl::StatusOr<TaskRecord> SharedTier::RecordOf(const shared::Manifest& manifest) {
+  return ParseTaskRecord(manifest.body);
+}
+
+absl::StatusOr<EncodedContext> SharedTier::Restore(const std::string& key) const {
+  auto read = shared::ReadSharedContext(kv_, key, backend_);
+  if (!read.ok()) return read.status();
+  metrics_.restores.Increment();
+  metrics_.read_bytes.Increment(static_cast<double>(read->bytes));
+  return std::move(read->context);
+}
+
+absl::Status SharedTier::Store(const std::string& key, const EncodedContext& ctx,
+                               bool replace) const {
+  return shared::WriteSharedContext(
+      kv_, key, ctx, storage_dtype_, backend_, kSharedChunkBytes,
+      replace ? shared::WriteMode::kReplace : shared::WriteMode::kKeepExisting);
+}
+
+}  // namespace manyshot::server

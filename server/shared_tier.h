@@ -1,0 +1,72 @@
+// The server's view of the shared tier (--shared_dir): the catalog of task manifests that every
+// replica reads and writes, and the KV files under it, with the per-replica metrics. Knows task
+// records (cache/task_record.h), not the registry: the registry decides when to publish, reload
+// or restore (server/shared_sync.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/shared/manifests.h"
+#include "cache/shared/shared_directory.h"
+#include "cache/shared/shared_kv.h"
+#include "cache/task_record.h"
+#include "engine/core/backend.h"
+#include "engine/task/encoded_context.h"
+#include "server/shared_metrics.h"
+
+namespace manyshot::server {
+
+class SharedTier {
+ public:
+  // Opens (creating) the directory; `storage_dtype` is the KV files' dtype (--kv_dtype).
+  static absl::StatusOr<std::unique_ptr<SharedTier>> Open(const std::string& dir, Backend& backend,
+                                                          DType storage_dtype,
+                                                          SharedMetrics& metrics);
+
+  // The newest manifest of (tenant, id): NOT_FOUND when none was ever published (a tombstone is
+  // returned as such).
+  absl::StatusOr<shared::Manifest> Latest(const std::string& tenant, const std::string& id) const;
+  // Whether `version` is still the newest (one lookup by name); counted as a revalidation. An
+  // I/O error reads as "not current", so the caller reloads rather than serves a stale version.
+  bool IsCurrent(const std::string& tenant, const std::string& id, uint64_t version) const;
+  // The newest manifest of every id of `tenant`, tombstones left out, in id order.
+  absl::StatusOr<std::vector<shared::Manifest>> List(const std::string& tenant) const;
+
+  // Publishes `record` as `version` (1 + the newest seen; 1 for a new id). `has_kv`: the record's
+  // kv_key names a KV file, which must be durable already. ABORTED when another replica
+  // published that version first.
+  absl::Status PublishRecord(const TaskRecord& record, const std::string& id, bool has_kv,
+                             uint64_t version) const;
+  absl::Status PublishTombstone(const std::string& tenant, const std::string& id,
+                                uint64_t version) const;
+  // The task record a manifest carries; DATA_LOSS when its body is damaged.
+  static absl::StatusOr<TaskRecord> RecordOf(const shared::Manifest& manifest);
+
+  // The context of KV file `key`, verified, in the file's dtype: NOT_FOUND, or DATA_LOSS for a
+  // damaged file (never served; counted by the caller when it re-encodes).
+  absl::StatusOr<EncodedContext> Restore(const std::string& key) const;
+  // Writes the context of `key` unless its file exists; `replace` overwrites a damaged one.
+  absl::Status Store(const std::string& key, const EncodedContext& ctx, bool replace) const;
+  bool HasKv(const std::string& key) const { return kv_.Exists(key); }
+
+  void CountVersionSwitch() const { metrics_.version_switches.Increment(); }
+  void CountCorruptReencode() const { metrics_.corrupt_reencodes.Increment(); }
+
+ private:
+  SharedTier(shared::SharedDirectory dir, Backend& backend, DType storage_dtype,
+             SharedMetrics& metrics)
+      : dir_(std::move(dir)), backend_(backend), storage_dtype_(storage_dtype), metrics_(metrics) {}
+
+  shared::SharedDirectory dir_;
+  shared::ManifestStore manifests_{&dir_};
+  shared::SharedKvFiles kv_{&dir_};
+  Backend& backend_;
+  DType storage_dtype_;
+  SharedMetrics& metrics_;
+};
+
+}  // namespace manyshot::server
