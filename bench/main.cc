@@ -34,6 +34,9 @@ constexpr char kUsage[] =
     "              over 3 samples, 200 test inputs; --quick: 4 and 64 shots, 2 samples, 50\n"
     "              inputs) vs the test inputs' majority-class rate; --target=HOST:PORT: a\n"
     "              running server instead of the default model\n"
+    "  cluster     two replicas on one --shared_dir: first answer restored from the shared tier\n"
+    "              vs encoded (1000-shot SST-2, f32 and bf16), per-request revalidation vs a\n"
+    "              batch-1 request, HAProxy vs direct at batch 1\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
   if (sub == "soak") return manyshot::bench::RunSoakBench(options);
   if (sub == "accuracy") return manyshot::bench::RunAccuracyBench(options);
   if (sub == "saicl") return manyshot::bench::RunSaiclBench(options);
+  if (sub == "cluster") return manyshot::bench::RunClusterBench(options);
   std::fprintf(stderr, "manyshot-bench: unknown subcommand %s\n%s", sub.c_str(), kUsage);
   return 2;
 }

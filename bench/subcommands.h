@@ -56,6 +56,7 @@ int RunAttentionBench(const BenchOptions& options);
 int RunSoakBench(const BenchOptions& options);
 int RunAccuracyBench(const BenchOptions& options);
 int RunSaiclBench(const BenchOptions& options);
+int RunClusterBench(const BenchOptions& options);
 
 // Writes (once) the random GPT-2-small-shaped model used by the benchmarks into `dir`.
 std::filesystem::path EnsureGpt2SmallModel(const std::filesystem::path& dir);

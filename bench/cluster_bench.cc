@@ -1,0 +1,278 @@
+// manyshot-bench cluster: what the shared tier (--shared_dir) costs and saves, against real
+// manyshot-server replicas started here on 127.0.0.1 (the generated default model, random
+// weights), same-run ratios:
+// - restore vs encode: replica A creates the 1000-shot SST-2 task (encode, store, publish) and
+//   answers it; replica B, which does not hold it, answers its first request by restoring the KV
+//   from the shared tier. Once per --kv_dtype (f32, bf16), each with its own shared directory.
+// - consistency: the per-request revalidation (ManifestStore::IsCurrent, one lookup), timed in
+//   this process on the same directory, against B's median batch-1 Classify latency.
+// - proxy: median batch-1 Classify latency through HAProxy (deploy/proxy/haproxy.cfg.template)
+//   against the same calls straight to a replica, in alternating rounds (skipped without haproxy).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/bench_common.h"
+#include "bench/bench_server.h"
+#include "bench/percentile.h"
+#include "bench/sst2_data.h"
+#include "bench/subcommands.h"
+#include "cache/shared/manifests.h"
+#include "cache/shared/shared_directory.h"
+#include "grpcpp/grpcpp.h"
+#include "manyshot/v1/manyshot.grpc.pb.h"
+
+extern char** environ;
+
+namespace manyshot::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+constexpr size_t kShots = 1000;
+constexpr uint32_t kGroupLength = 256;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "manyshot-bench cluster: %s\n", message.c_str());
+  return 1;
+}
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+// One batch-1 Classify of `text`; its wall time in seconds, or -1 on failure.
+double TimedClassify(v1::ManyShot::Stub& stub, const std::string& text) {
+  grpc::ClientContext context;
+  context.AddMetadata("x-manyshot-task", "sst2");
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+  v1::ClassifyRequest request;
+  request.set_task_id("sst2");
+  request.add_inputs()->set_text(text);
+  v1::ClassifyResponse response;
+  const auto start = Clock::now();
+  const grpc::Status status = stub.Classify(&context, request, &response);
+  return status.ok() ? Seconds(Clock::now() - start) : -1;
+}
+
+// Median batch-1 latency over the inputs (seconds); -1 when a call failed.
+double MedianLatency(v1::ManyShot::Stub& stub, const std::vector<Example>& inputs) {
+  std::vector<double> times;
+  for (const Example& e : inputs) {
+    const double t = TimedClassify(stub, e.text);
+    if (t < 0) return -1;
+    times.push_back(t);
+  }
+  return Percentile(times, 0.5);
+}
+
+struct Pair {
+  BenchServer a, b;
+  ~Pair() {
+    if (a.pid > 0) StopBenchServer(a);
+    if (b.pid > 0) StopBenchServer(b);
+  }
+};
+
+// A port free on 127.0.0.1 a moment ago (the kernel's pick for port 0).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// HAProxy on the rendered template in front of `replicas`; its pid, or -1.
+pid_t StartHaproxy(const fs::path& dir, int port, const std::vector<std::string>& replicas) {
+  std::string render = absl::StrCat(
+      "/bin/sh ", MANYSHOT_SOURCE_DIR,
+      "/deploy/proxy/render-haproxy-cfg.sh --metrics 127.0.0.1:", FreePort(), " 127.0.0.1:", port);
+  for (const std::string& r : replicas) absl::StrAppend(&render, " ", r);
+  absl::StrAppend(&render, " > ", (dir / "haproxy.cfg").string());
+  if (std::system(render.c_str()) != 0) return -1;
+  const std::string cfg = (dir / "haproxy.cfg").string();
+  const std::string log = (dir / "haproxy.log").string();
+  std::vector<std::string> argv = {
+      "/bin/sh", "-c", "exec /usr/sbin/haproxy -W -db -f " + cfg + " > " + log + " 2>&1"};
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, args.data(), environ) != 0) return -1;
+  return pid;
+}
+
+struct DtypeFigures {
+  double encode_s = 0;   // CreateTask on A + its first answer
+  double restore_s = 0;  // B's first answer (restore from the shared tier)
+};
+
+// Replicas A and B on a fresh shared directory with `kv_dtype`; fills `figures`, leaves the
+// pair running in `pair`.
+absl::Status RunPair(const BenchOptions& options, const fs::path& binary, const fs::path& root,
+                     const std::string& kv_dtype, const std::vector<Example>& train,
+                     const std::vector<Example>& test, Pair& pair, DtypeFigures& figures) {
+  const fs::path shared = root / "shared";
+  const std::vector<std::string> common = {"--shared_dir=" + shared.string(),
+                                           "--kv_dtype=" + kv_dtype};
+  auto a = StartBenchServer(binary, root / "a", options.threads, common);
+  if (!a.ok()) return a.status();
+  pair.a = *a;
+  std::vector<std::string> flags_b = common;
+  flags_b.push_back("--model_dir=" +
+                    (root / "a" / "data" / "models" / "default-gpt2-tiny").string());
+  auto b = StartBenchServer(binary, root / "b", options.threads, flags_b);
+  if (!b.ok()) return b.status();
+  pair.b = *b;
+  auto channel_a = ChannelTo(absl::StrCat("127.0.0.1:", a->grpc_port));
+  auto channel_b = ChannelTo(absl::StrCat("127.0.0.1:", b->grpc_port));
+  auto stub_a = v1::ManyShot::NewStub(channel_a);
+  auto stub_b = v1::ManyShot::NewStub(channel_b);
+  const auto start = Clock::now();
+  if (absl::Status s = RegisterTask(channel_a, "sst2", Sst2GrpcSpec(kGroupLength), train);
+      !s.ok()) {
+    return s;
+  }
+  if (TimedClassify(*stub_a, test[0].text) < 0) return absl::InternalError("classify on A");
+  figures.encode_s = Seconds(Clock::now() - start);
+  figures.restore_s = TimedClassify(*stub_b, test[0].text);
+  if (figures.restore_s < 0) return absl::InternalError("classify on B");
+  const double encodes =
+      MetricValue(ScrapeMetrics(b->metrics_port), "manyshot_cache_encodes_total");
+  const double restores =
+      MetricValue(ScrapeMetrics(b->metrics_port), "manyshot_shared_restores_total");
+  if (encodes != 0 || restores != 1) {
+    return absl::InternalError(absl::StrCat("replica B encoded ", encodes, " and restored ",
+                                            restores, " times; expected 0 and 1"));
+  }
+  return absl::OkStatus();
+}
+
+// Microseconds per IsCurrent of the task's newest version in `shared` (median of 5 x 2000).
+double RevalidationMicros(const fs::path& shared) {
+  auto dir = shared::SharedDirectory::Open(shared, "bench");
+  if (!dir.ok()) return -1;
+  const shared::ManifestStore store(&*dir);
+  auto names = store.ListAll();
+  if (!names.ok() || names->empty() || (*names)[0].versions.empty()) return -1;
+  auto bytes = shared::SharedDirectory::ReadWhole((*names)[0].versions.back().path);
+  auto manifest = bytes.ok() ? shared::ParseManifest(*bytes) : bytes.status();
+  if (!manifest.ok()) return -1;
+  constexpr int kCalls = 2000;
+  std::vector<double> rounds;
+  for (int round = 0; round < 5; ++round) {
+    const auto start = Clock::now();
+    for (int i = 0; i < kCalls; ++i) {
+      if (!store.IsCurrent(manifest->tenant, manifest->id, manifest->version).value_or(false)) {
+        return -1;
+      }
+    }
+    rounds.push_back(Seconds(Clock::now() - start) / kCalls * 1e6);
+  }
+  return Percentile(rounds, 0.5);
+}
+
+}  // namespace
+
+int RunClusterBench(const BenchOptions& options) {
+  Report report("cluster", options.json);
+  report.EchoToStderr();
+  const auto dir = Sst2Dir(options.data_dir);
+  auto train = LoadSst2(dir / "stsa.binary.train", kShots);
+  auto test =
+      LoadSst2(dir / "stsa.binary.test", static_cast<size_t>(std::max(8, options.requests)));
+  if (!train.ok()) return Fail(train.status().ToString());
+  if (!test.ok()) return Fail(test.status().ToString());
+  const fs::path binary =
+      options.server_binary.empty() ? DefaultServerBinary() : options.server_binary;
+  if (!fs::exists(binary)) return Fail("no server binary at " + binary.string());
+  const fs::path tmp = options.work_dir / ("cluster-" + std::to_string(getpid()));
+  fs::remove_all(tmp);
+  report.Add("shots", static_cast<double>(train->size()));
+  report.Add("threads", options.threads);
+  report.AddText("model", "the generated default model (GPT-2 architecture, tiny, random weights)");
+
+  std::unique_ptr<Pair> kept;  // the f32 pair, for the latency figures
+  for (const std::string dtype : {"f32", "bf16"}) {
+    auto pair = std::make_unique<Pair>();
+    DtypeFigures f;
+    fs::create_directories(tmp / dtype);
+    if (absl::Status s = RunPair(options, binary, tmp / dtype, dtype, *train, *test, *pair, f);
+        !s.ok()) {
+      return Fail(absl::StrCat(dtype, ": ", s.ToString()));
+    }
+    report.Add(dtype + "_encode_first_answer_seconds", f.encode_s, "s");
+    report.Add(dtype + "_restore_first_answer_seconds", f.restore_s, "s");
+    report.Add(dtype + "_restore_speedup", f.encode_s / f.restore_s, "x");
+    if (dtype == std::string("f32")) kept = std::move(pair);
+  }
+
+  // Consistency: one revalidation per request, against a batch-1 request.
+  auto stub_b = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", kept->b.grpc_port)));
+  const double request_s = MedianLatency(*stub_b, *test);
+  const double revalidation_us = RevalidationMicros(tmp / "f32" / "shared");
+  report.Add("batch1_request_ms", request_s * 1e3, "ms");
+  report.Add("revalidation_us", revalidation_us, "us");
+  if (request_s > 0 && revalidation_us > 0) {
+    report.Add("revalidation_share_of_request", revalidation_us * 1e-6 / request_s);
+  }
+
+  // Through HAProxy vs direct, alternating rounds.
+  if (access("/usr/sbin/haproxy", X_OK) != 0) {
+    report.AddText("proxy", "skipped: /usr/sbin/haproxy is not installed");
+  } else {
+    const int port = FreePort();
+    const pid_t haproxy = StartHaproxy(tmp, port,
+                                       {absl::StrCat("127.0.0.1:", kept->a.grpc_port),
+                                        absl::StrCat("127.0.0.1:", kept->b.grpc_port)});
+    auto via = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", port)));
+    double proxied = -1;
+    for (int wait = 0; wait < 100 && proxied < 0; ++wait) {
+      proxied = TimedClassify(*via, (*test)[0].text);
+      if (proxied < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    auto stub_a = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", kept->a.grpc_port)));
+    std::vector<double> direct_rounds, proxy_rounds;
+    for (int round = 0; round < std::max(1, options.repeats); ++round) {
+      direct_rounds.push_back(
+          std::min(MedianLatency(*stub_a, *test), MedianLatency(*stub_b, *test)));
+      proxy_rounds.push_back(MedianLatency(*via, *test));
+    }
+    if (haproxy > 0) {
+      kill(haproxy, SIGTERM);
+      waitpid(haproxy, nullptr, 0);
+    }
+    const double direct = Percentile(direct_rounds, 0.5), proxy = Percentile(proxy_rounds, 0.5);
+    report.Add("batch1_direct_ms", direct * 1e3, "ms");
+    report.Add("batch1_proxy_ms", proxy * 1e3, "ms");
+    if (direct > 0 && proxy > 0) report.Add("proxy_over_direct", proxy / direct, "x");
+  }
+  kept.reset();
+  fs::remove_all(tmp);
+  report.Print();
+  return 0;
+}
+
+}  // namespace manyshot::bench
