@@ -12,12 +12,16 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
 #include "server/shared_tier.h"
 #include "server/task_registry.h"
 #include "spdlog/spdlog.h"
 
 namespace manyshot::server {
 namespace {
+
+// The ErrorInfo reason of a request for a task another replica is encoding (UNAVAILABLE).
+constexpr char kTaskEncodingElsewhere[] = "TASK_ENCODING_ELSEWHERE";
 
 // Publishing retries this often when other replicas keep publishing first.
 constexpr int kPublishAttempts = 8;
@@ -55,6 +59,35 @@ absl::Status TaskRegistry::SyncShared(const std::string& tenant, const std::stri
                                                task_id, "\": ", latest.status().message()));
   }
   return InstallShared(*latest);
+}
+
+absl::Status TaskRegistry::SyncSharedForRequest(const std::string& tenant,
+                                                const std::string& task_id) {
+  if (absl::Status s = SyncShared(tenant, task_id); !s.ok() || shared_ == nullptr) return s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(Key(tenant, task_id));
+    if (it != entries_.end() && !it->second.deleting) return absl::OkStatus();
+  }
+  // Unknown here and unpublished: another replica's CreateTask may be encoding it.
+  if (shared_->EncodingElsewhere(tenant, task_id)) {
+    return WithReason(absl::UnavailableError(absl::StrCat(
+                          "task \"", task_id,
+                          "\" is being encoded by a CreateTask on another replica; retry shortly")),
+                      kTaskEncodingElsewhere);
+  }
+  return absl::OkStatus();
+}
+
+TaskRegistry::SharedEncodingMark TaskRegistry::MarkSharedEncoding(const std::string& tenant,
+                                                                  const std::string& task_id) {
+  if (shared_ == nullptr) return SharedEncodingMark();
+  shared_->MarkEncoding(tenant, task_id);
+  return SharedEncodingMark(shared_, tenant, task_id);
+}
+
+TaskRegistry::SharedEncodingMark::~SharedEncodingMark() {
+  if (shared_ != nullptr) shared_->ClearEncoding(tenant_, task_id_);
 }
 
 absl::Status TaskRegistry::InstallShared(const shared::Manifest& manifest) {

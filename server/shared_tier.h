@@ -53,6 +53,14 @@ class SharedTier {
   absl::Status Store(const std::string& key, const EncodedContext& ctx, bool replace) const;
   bool HasKv(const std::string& key) const { return kv_.Exists(key); }
 
+  // Encoding markers: ROOT/encoding/<tenant>/<id>/<replica>, present while a replica's CreateTask
+  // of that id encodes (nothing is published before it ends), so other replicas answer
+  // UNAVAILABLE (retry) rather than NOT_FOUND. A marker older than kEncodingMarkerLife (a crashed
+  // replica's) is ignored.
+  void MarkEncoding(const std::string& tenant, const std::string& id) const;
+  void ClearEncoding(const std::string& tenant, const std::string& id) const;
+  bool EncodingElsewhere(const std::string& tenant, const std::string& id) const;
+
   void CountVersionSwitch() const { metrics_.version_switches.Increment(); }
   void CountCorruptReencode() const { metrics_.corrupt_reencodes.Increment(); }
 
@@ -66,6 +74,8 @@ class SharedTier {
   shared::SharedKvFiles kv_{&dir_};
   Backend& backend_;
   DType storage_dtype_;
+  std::filesystem::path MarkerOf(const std::string& tenant, const std::string& id) const;
+
   SharedMetrics& metrics_;
 };
 

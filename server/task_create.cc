@@ -86,6 +86,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   CreateSlot slot(*this, key);
   if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
   if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
+  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
 
   const int64_t now = NowMicros();
   auto begun = BeginCreate(tenant, task_id, spec, hash, replace, now);
@@ -93,6 +94,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   if (begun->unchanged) return *std::move(begun->unchanged);
   const Entry& previous = begun->previous;
   auto fail = [&](absl::Status status) { return FailCreate(tenant, task_id, previous, status); };
+  const SharedEncodingMark encoding_mark = MarkSharedEncoding(tenant, task_id);
 
   if (progress) progress(v1::CreateTaskProgress::PHASE_TOKENIZING, 0, 0, 0);
   const auto start = std::chrono::steady_clock::now();

@@ -172,7 +172,7 @@ TaskRegistry::CreateResult TaskRegistry::Publish(const std::shared_ptr<TaskVersi
 
 absl::StatusOr<v1::Task> TaskRegistry::Get(const std::string& tenant, const std::string& task_id) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
-  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
+  if (auto s = SyncSharedForRequest(tenant, task_id); !s.ok()) return s;
   if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
   Entry entry;
   {
@@ -258,7 +258,7 @@ absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
 absl::StatusOr<std::shared_ptr<const TaskVersion>> TaskRegistry::Resolve(
     const std::string& tenant, const std::string& task_id) {
   if (auto s = ValidateTaskId(task_id); !s.ok()) return s;
-  if (auto s = SyncShared(tenant, task_id); !s.ok()) return s;
+  if (auto s = SyncSharedForRequest(tenant, task_id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(Key(tenant, task_id));
   if (it == entries_.end() || it->second.deleting) {

@@ -178,6 +178,27 @@ class TaskRegistry {
   // The shared tier's side (server/shared_sync.cc); each is a no-op without one.
   absl::Status SyncShared(const std::string& tenant, const std::string& task_id);
   absl::Status SyncSharedTenant(const std::string& tenant);
+  // SyncShared for a request: UNAVAILABLE (retry) when the task is unknown here and another
+  // replica's CreateTask is encoding it.
+  absl::Status SyncSharedForRequest(const std::string& tenant, const std::string& task_id);
+  // Marks the task as being encoded here, for the other replicas, until it goes out of scope.
+  class SharedEncodingMark {
+   public:
+    SharedEncodingMark() = default;
+    SharedEncodingMark(SharedTier* shared, std::string tenant, std::string task_id)
+        : shared_(shared), tenant_(std::move(tenant)), task_id_(std::move(task_id)) {}
+    SharedEncodingMark(SharedEncodingMark&& other) noexcept
+        : shared_(std::exchange(other.shared_, nullptr)),
+          tenant_(std::move(other.tenant_)),
+          task_id_(std::move(other.task_id_)) {}
+    SharedEncodingMark& operator=(SharedEncodingMark&&) = delete;
+    ~SharedEncodingMark();
+
+   private:
+    SharedTier* shared_ = nullptr;
+    std::string tenant_, task_id_;
+  };
+  SharedEncodingMark MarkSharedEncoding(const std::string& tenant, const std::string& task_id);
   absl::Status InstallShared(const shared::Manifest& manifest);
   absl::Status PublishShared(TaskVersion& version, const PinnedContext& context, bool replace);
   absl::Status DeleteShared(const std::string& tenant, const std::string& task_id);

@@ -169,6 +169,49 @@ TEST_F(ClusterTest, OfTwoConcurrentCreatesOfOneIdExactlyOneWins) {
   }
 }
 
+TEST_F(ClusterTest, ATaskEncodingOnAnotherReplicaIsUnavailableNotNotFound) {
+  // A task large enough that its CreateTask on A takes a moment.
+  fs::create_directories(work());
+  const fs::path tsv = work() / "slow.tsv";
+  {
+    std::ofstream out(tsv);
+    out << "text\tlabel\n";
+    for (int i = 0; i < 1500; ++i) {
+      out << "sentence number " << i << (i % 2 ? " was a joy" : " was a bore") << "\t" << i % 2
+          << "\n";
+    }
+  }
+  CommandResult created;
+  std::atomic<bool> done{false};
+  std::thread create([&] {
+    created = RunCommand({CliBinary(), "--server=" + replicas()[0].address(), "--timeout=120",
+                          "create", "slow", "--file=" + tsv.string(),
+                          "--template=Sentence: {text}\\nLabel:", "--labels=negative,positive",
+                          "--group_length=512", "--max_query_tokens=48", "--max_answer_tokens=8"},
+                         work());
+    done = true;
+  });
+  // Once A has marked it, B answers UNAVAILABLE (retry) until A publishes it, never NOT_FOUND.
+  const fs::path markers = cluster_.shared_dir() / "encoding" / "default" / "slow";
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (!done.load() && Clock::now() < deadline &&
+         (!fs::exists(markers) || fs::is_empty(markers))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  int unavailable = 0;
+  for (grpc::Status status = Classify(*replicas()[1].Stub(), "slow", nullptr); !status.ok();
+       status = Classify(*replicas()[1].Stub(), "slow", nullptr)) {
+    ASSERT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+    EXPECT_NE(status.error_message().find("being encoded"), std::string::npos);
+    ++unavailable;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  create.join();
+  ASSERT_EQ(created.exit_status, 0) << created.err;
+  EXPECT_TRUE(fs::is_empty(markers));  // removed once published
+  std::cout << "B answered UNAVAILABLE " << unavailable << " times while A encoded\n";
+}
+
 TEST_F(ClusterTest, ADamagedSharedKvFileIsNeverServed) {
   Create(0, "sst2", 1);
   const std::vector<double> reference = Scores(*replicas()[0].Stub(), "sst2");
