@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +32,17 @@ Subprocess::Subprocess(const std::vector<std::string>& argv,
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // A child dies with the test process (a crashed or killed test must not leave servers running).
+  // The signal follows the forking thread, so only children of the main thread get it: one forked
+  // by a short-lived helper thread would otherwise die with that thread.
+  const pid_t parent = getpid();
+  const bool from_main_thread = parent == gettid();
   pid_ = fork();
   if (pid_ == 0) {
+    if (from_main_thread) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the test died before the line above
+    }
     int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int in = ::open("/dev/null", O_RDONLY);
