@@ -29,6 +29,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "tests/integration/loopback_port.h"
 #include "tests/integration/prometheus_text.h"
 #include "tests/integration/server_under_test.h"
 #include "tests/integration/subprocess.h"
@@ -58,23 +59,6 @@ std::string NginxBinary() {
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
-}
-
-// A port that was free on 127.0.0.1 a moment ago (the kernel's pick for port 0).
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 // A real nginx running deploy/proxy/nginx.conf.template (rendered by render-nginx-conf.sh, as its
