@@ -25,7 +25,7 @@
 #include "bench/percentile.h"
 #include "bench/subcommands.h"
 #include "engine/backends/backend_factory.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/transformer/transformer.h"
 #if MANYSHOT_CUDA_ENABLED
 #include "engine/cuda/cuda_plugin.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/transformer/transformer.h"
 
 namespace manyshot::bench {

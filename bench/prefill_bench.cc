@@ -26,7 +26,7 @@
 #include "bench/subcommands.h"
 #include "engine/core/dtype.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/transformer/transformer.h"
 
 namespace manyshot::bench {

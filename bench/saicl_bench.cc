@@ -24,7 +24,7 @@
 #include "bench/bench_common.h"
 #include "bench/subcommands.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/tiny_t5_model.h"
+#include "engine/model/synthetic/tiny_t5_model.h"
 #include "engine/t5/prompt_modes.h"
 
 namespace manyshot::bench {

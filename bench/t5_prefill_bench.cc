@@ -16,7 +16,7 @@
 #include "bench/decoder_models.h"
 #include "bench/subcommands.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/tiny_t5_model.h"
+#include "engine/model/synthetic/tiny_t5_model.h"
 #include "engine/t5/t5_model.h"
 
 namespace manyshot::bench {

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "absl/status/status.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "server/server_config.h"
 
 namespace manyshot::server {

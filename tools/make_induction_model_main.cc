@@ -1,6 +1,7 @@
-// make-induction-model: writes the hand-built induction model (engine/model/induction_model.h), a
-// Hugging Face model directory with the GPT-2 tokenizer, and optionally the synthetic induction
-// task (engine/prompting/induction_task.h) as JSONL splits for `manyshot eval`.
+// make-induction-model: writes the hand-built induction model
+// (engine/model/synthetic/induction_model.h), a Hugging Face model directory with the GPT-2
+// tokenizer, and optionally the synthetic induction task (tools/induction_task.h) as JSONL splits
+// for `manyshot eval`.
 //
 //   make-induction-model --out=/tmp/induction-model --dataset_out=/tmp/induction-task
 //
@@ -15,10 +16,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "engine/model/induction_model.h"
-#include "engine/prompting/induction_task.h"
+#include "engine/model/synthetic/induction_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tools/induction_task.h"
 #include "tools/stored_dtype_flag.h"
 
 ABSL_FLAG(std::string, out, "", "model directory to write (created if missing); empty: none");

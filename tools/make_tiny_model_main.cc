@@ -10,7 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "tools/stored_dtype_flag.h"
 
 ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral, qwen2, bloom or opt");

@@ -11,7 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "engine/model/tiny_t5_model.h"
+#include "engine/model/synthetic/tiny_t5_model.h"
 #include "tools/stored_dtype_flag.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");

@@ -4,7 +4,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/induction_model.h"
+#include "engine/model/synthetic/induction_model.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {

@@ -6,7 +6,7 @@
 #include "cache/disk_tier.h"
 #include "cache/host_tier.h"
 #include "cache/kv_convert.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/prompting/context_encoder.h"
 #include "engine/prompting/icl_task.h"
 #include "engine/prompting/query_runner.h"

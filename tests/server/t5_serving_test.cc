@@ -17,7 +17,7 @@
 
 #include "absl/strings/ascii.h"
 #include "engine/backends/backend_factory.h"
-#include "engine/model/tiny_t5_model.h"
+#include "engine/model/synthetic/tiny_t5_model.h"
 #include "engine/serving/encoder_decoder_model.h"
 #include "engine/t5/prompt_modes.h"
 #include "engine/t5/t5_generation.h"

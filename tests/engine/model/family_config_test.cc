@@ -7,7 +7,7 @@
 
 #include "engine/model/arch_traits.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 #include "engine/model/tensor_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

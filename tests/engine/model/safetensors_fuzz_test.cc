@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/safetensors.h"
-#include "engine/model/safetensors_writer.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/safetensors_writer.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/model/temp_dir.h"

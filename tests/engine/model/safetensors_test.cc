@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -1,4 +1,4 @@
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 
 #include <cmath>
 #include <map>
@@ -8,7 +8,7 @@
 #include "engine/model/arch_traits.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 #include "engine/model/tensor_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

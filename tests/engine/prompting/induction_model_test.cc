@@ -1,18 +1,18 @@
-// The hand-written induction model (engine/model/induction_model.h) on the synthetic induction
-// task (engine/prompting/induction_task.h), through the engine's task API with the real GPT-2
+// The hand-written induction model (engine/model/synthetic/induction_model.h) on the synthetic
+// induction task (tools/induction_task.h), through the engine's task API with the real GPT-2
 // tokenizer: a query whose key is among the demonstrations gets that key's label, in every mode,
 // and accuracy rises with the shots from chance to 1.
-#include "engine/model/induction_model.h"
+#include "engine/model/synthetic/induction_model.h"
 
 #include <map>
 #include <set>
 
 #include "engine/prompting/icl_task.h"
-#include "engine/prompting/induction_task.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/model/temp_dir.h"
 #include "tests/engine/support/golden_models.h"
+#include "tools/induction_task.h"
 
 namespace manyshot::testing {
 namespace {

@@ -4,7 +4,7 @@
 // naming the window, and the model refuses positions past it.
 #include <fstream>
 
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -8,7 +8,7 @@
 
 #include "engine/cuda/cuda_backend.h"  // CreateCudaBackend, here from tests/simt (emulated)
 #include "engine/model/arch_traits.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "gtest/gtest.h"
 #include "tests/engine/model/temp_dir.h"
 

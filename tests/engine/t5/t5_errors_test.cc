@@ -2,7 +2,7 @@
 // (the key, the tensor, the input), never a crash.
 #include <fstream>
 
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 #include "engine/model/t5_tensor_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/tiny_t5_model.h"
+#include "engine/model/synthetic/tiny_t5_model.h"
 #include "engine/t5/t5_model.h"
 #include "nlohmann/json.hpp"
 

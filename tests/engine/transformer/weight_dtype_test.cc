@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/transformer/transformer.h"
 #include "gtest/gtest.h"
 

@@ -1,5 +1,5 @@
 // safetensors writing; see safetensors_writer.h.
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 
 #include <cstring>
 #include <fstream>

@@ -1,5 +1,5 @@
 // See model_directory.h.
-#include "engine/model/model_directory.h"
+#include "engine/model/synthetic/model_directory.h"
 
 #include <fstream>
 

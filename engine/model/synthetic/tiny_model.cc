@@ -6,7 +6,7 @@
 // 2/sqrt(hidden) (the norms in front of them remove the scale anyway), projections 1/sqrt(fan_in),
 // query/key projections 1.5/sqrt(fan_in) to sharpen attention, norm weights 1 + 0.1 N(0,1) and
 // biases 0.1 N(0,1).
-#include "engine/model/tiny_model.h"
+#include "engine/model/synthetic/tiny_model.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/arch_traits.h"
-#include "engine/model/model_directory.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/synthetic/model_directory.h"
 #include "engine/model/tensor_names.h"
 #include "nlohmann/json.hpp"
 

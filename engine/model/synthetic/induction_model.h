@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/dtype.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 
 namespace manyshot {
 

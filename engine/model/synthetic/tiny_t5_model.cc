@@ -3,14 +3,14 @@
 // position table at 1.0 (not d_model^-1/2), so that attention is peaked and position-dependent and
 // a wrong bucket moves the goldens; embeddings N(0, 1) as T5's; norm weights 1 + 0.1 N(0, 1);
 // an untied lm_head 2 d_model^-1/2 (logits of standard deviation about 2, as tiny_model.cc).
-#include "engine/model/tiny_t5_model.h"
+#include "engine/model/synthetic/tiny_t5_model.h"
 
 #include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/model/t5_tensor_names.h"
-#include "engine/model/tiny_model.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {

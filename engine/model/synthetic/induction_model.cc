@@ -1,5 +1,5 @@
 // The hand-written induction model; induction_model.h explains the circuit.
-#include "engine/model/induction_model.h"
+#include "engine/model/synthetic/induction_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "engine/model/model_directory.h"
+#include "engine/model/synthetic/model_directory.h"
+#include "engine/model/synthetic/tiny_model.h"
 #include "engine/model/tensor_names.h"
-#include "engine/model/tiny_model.h"
 #include "nlohmann/json.hpp"
 
 namespace manyshot {
@@ -237,7 +237,7 @@ absl::Status WriteInductionModel(const InductionModelSpec& spec,
   marker["note"] =
       "manyshot induction model: weights written by hand for one behaviour (induction: after "
       "'... A B ... A' it predicts 'B'); a circuit for tests and evaluation, not a trained "
-      "language model (engine/model/induction_model.h)";
+      "language model (engine/model/synthetic/induction_model.h)";
   marker["generator"] = "make-induction-model";
   nlohmann::ordered_json js;
   js["vocab_size"] = spec.vocab_size;

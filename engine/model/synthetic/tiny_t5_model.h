@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/core/dtype.h"
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 #include "engine/model/t5_config.h"
 
 namespace manyshot {

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic/safetensors_writer.h"
 
 namespace manyshot {
 

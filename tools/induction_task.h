@@ -3,7 +3,7 @@
 // A demonstration is "key label\n"; a query is the key, and its label can be known only by seeing
 // a demonstration with the same key. With K keys and n demonstrations drawn at random, a query's
 // key is among them with probability 1 - (1 - 1/K)^n, so accuracy rises with the shots from
-// chance (1 / labels) to 1 for a model that copies (engine/model/induction_model.h).
+// chance (1 / labels) to 1 for a model that copies (engine/model/synthetic/induction_model.h).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The synthetic induction task; see induction_task.h.
-#include "engine/prompting/induction_task.h"
+#include "tools/induction_task.h"
 
 #include <algorithm>
 #include <set>
