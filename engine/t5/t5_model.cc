@@ -359,11 +359,10 @@ absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int
   return out;
 }
 
-absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence> sequences) const {
+absl::StatusOr<T5Model::DecoderBatch> T5Model::GatherDecoderBatch(
+    absl::Span<const T5DecoderSequence> sequences) const {
   const T5Config& c = config_;
-  std::vector<int32_t> ids;
-  std::vector<int64_t> begins, pasts;
-  std::vector<int32_t> logit_rows;
+  DecoderBatch batch;
   for (size_t s = 0; s < sequences.size(); ++s) {
     const T5DecoderSequence& seq = sequences[s];
     if (seq.cache == nullptr || seq.encoder == nullptr) {
@@ -387,94 +386,111 @@ absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence
       checked = CheckLogitRows(seq.logit_rows, static_cast<int64_t>(seq.tokens.size()), what);
     }
     if (!checked.ok()) return checked;
-    begins.push_back(static_cast<int64_t>(ids.size()));
-    pasts.push_back(seq.cache->length());
-    for (int64_t r : seq.logit_rows) logit_rows.push_back(static_cast<int32_t>(begins.back() + r));
-    ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
+    batch.begins.push_back(static_cast<int64_t>(batch.ids.size()));
+    batch.pasts.push_back(seq.cache->length());
+    for (int64_t r : seq.logit_rows) {
+      batch.logit_rows.push_back(static_cast<int32_t>(batch.begins.back() + r));
+    }
+    batch.ids.insert(batch.ids.end(), seq.tokens.begin(), seq.tokens.end());
     auto reserved = seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
     if (!reserved.ok()) return reserved;
   }
-  const int64_t T = static_cast<int64_t>(ids.size());
-  ForwardResult result;
-  result.vocab_size = c.vocab_size;
-  if (T == 0) return result;
+  return batch;
+}
 
+void T5Model::DecoderBlock(size_t layer, absl::Span<const T5DecoderSequence> sequences,
+                           const DecoderBatch& batch, const Rows& rows,
+                           std::vector<BiasedAttentionSequence>& self) const {
+  const T5Config& c = config_;
   Backend& b = *backend_;
-  const DType dt = compute_dtype_;
-  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads;
-  auto rows = EmbedRows(ids);
-  if (!rows.ok()) return rows.status();
-  auto& [x, h, qkv, q, k, v, attn, lse, up, act, id_t] = *rows;
-  absl::Status status;
-
-  // Causal relative position bias of each sequence's new rows against all its keys so far.
-  const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,
-                          /*bidirectional=*/false, /*causal=*/true};
-  std::vector<Tensor> self_bias(sequences.size());
-  std::vector<BiasedAttentionSequence> self(sequences.size()), cross(sequences.size());
-  std::vector<Tensor> cross_k(sequences.size()), cross_v(sequences.size());
+  const Block& w = *decoder_[layer];
+  const auto l = static_cast<int64_t>(layer);
+  const int64_t T = static_cast<int64_t>(batch.ids.size()), inner = c.inner_dim();
+  const auto& [x, h, qkv, q, k, v, attn, lse, up, act, id_t] = rows;
+  b.RmsNorm(x, w.attn_norm, c.layer_norm_epsilon, h);
+  b.Linear(h, w.qkv_w, WeightLayout::kOutIn, Tensor(), qkv);
+  b.SplitQkv(qkv, q, k, v);
   for (size_t s = 0; s < sequences.size(); ++s) {
-    const int64_t n = static_cast<int64_t>(sequences[s].tokens.size());
-    const int64_t keys = pasts[s] + n;
-    MANYSHOT_ASSIGN_OR_RETURN(
-        self_bias[s],
-        UploadBias(b, T5RelativeBias(decoder_bias_table_, heads, shape, pasts[s], n, keys), heads));
-    self[s] = {begins[s], n, nullptr, nullptr, keys, nullptr, &self_bias[s]};
+    const int64_t n = self[s].q_len, begin = batch.begins[s];
+    KvCache& cache = *sequences[s].cache;
+    cache.Write(l, k.Rows(begin, begin + n), v.Rows(begin, begin + n));
+    self[s].k = &cache.k(l);
+    self[s].v = &cache.v(l);
   }
-  for (size_t l = 0; l < decoder_.size(); ++l) {
-    const Block& w = *decoder_[l];
-    const auto layer = static_cast<int64_t>(l);
-    b.RmsNorm(x, w.attn_norm, c.layer_norm_epsilon, h);
-    b.Linear(h, w.qkv_w, WeightLayout::kOutIn, Tensor(), qkv);
-    b.SplitQkv(qkv, q, k, v);
-    for (size_t s = 0; s < sequences.size(); ++s) {
-      const int64_t n = self[s].q_len;
-      KvCache& cache = *sequences[s].cache;
-      cache.Write(layer, k.Rows(begins[s], begins[s] + n), v.Rows(begins[s], begins[s] + n));
-      self[s].k = &cache.k(layer);
-      self[s].v = &cache.v(layer);
-    }
-    b.AttendBiased(q, self, /*scale=*/1.0f, {attn, lse});
-    b.Linear(attn.Reshape({T, inner}), w.o_w, WeightLayout::kOutIn, Tensor(), h);
-    b.Add(x, h);
+  b.AttendBiased(q, self, /*scale=*/1.0f, {attn, lse});
+  b.Linear(attn.Reshape({T, inner}), w.o_w, WeightLayout::kOutIn, Tensor(), h);
+  b.Add(x, h);
 
-    // Cross-attention: every new row against all of its input's encoder rows, no position bias.
-    b.RmsNorm(x, w.cross_norm, c.layer_norm_epsilon, h);
-    b.Linear(h, w.cross_q_w, WeightLayout::kOutIn, Tensor(), q.Reshape({T, inner}));
-    for (size_t s = 0; s < sequences.size(); ++s) {
-      const T5EncoderOutput& enc = *sequences[s].encoder;
-      const int64_t eb = enc.begins[sequences[s].input], en = enc.lengths[sequences[s].input];
-      cross_k[s] = enc.cross_k[l].Rows(eb, eb + en);
-      cross_v[s] = enc.cross_v[l].Rows(eb, eb + en);
-      cross[s] = {begins[s], self[s].q_len, &cross_k[s], &cross_v[s], en, nullptr, nullptr};
-    }
-    b.AttendBiased(q, cross, /*scale=*/1.0f, {attn, lse});
-    b.Linear(attn.Reshape({T, inner}), w.cross_o_w, WeightLayout::kOutIn, Tensor(), h);
-    b.Add(x, h);
-    FeedForward(w, x, h, up, act);
+  // Cross-attention: every new row against all of its input's encoder rows, no position bias.
+  std::vector<BiasedAttentionSequence> cross(sequences.size());
+  std::vector<Tensor> cross_k(sequences.size()), cross_v(sequences.size());
+  b.RmsNorm(x, w.cross_norm, c.layer_norm_epsilon, h);
+  b.Linear(h, w.cross_q_w, WeightLayout::kOutIn, Tensor(), q.Reshape({T, inner}));
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const T5EncoderOutput& enc = *sequences[s].encoder;
+    const int64_t eb = enc.begins[sequences[s].input], en = enc.lengths[sequences[s].input];
+    cross_k[s] = enc.cross_k[layer].Rows(eb, eb + en);
+    cross_v[s] = enc.cross_v[layer].Rows(eb, eb + en);
+    cross[s] = {batch.begins[s], self[s].q_len, &cross_k[s], &cross_v[s], en, nullptr, nullptr};
   }
-  for (const T5DecoderSequence& seq : sequences) {
-    seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
-  }
-  if (logit_rows.empty()) {
-    status = b.Synchronize();
-    if (!status.ok()) return status;
-    return result;
-  }
+  b.AttendBiased(q, cross, /*scale=*/1.0f, {attn, lse});
+  b.Linear(attn.Reshape({T, inner}), w.cross_o_w, WeightLayout::kOutIn, Tensor(), h);
+  b.Add(x, h);
+  FeedForward(w, x, h, up, act);
+}
+
+absl::Status T5Model::DecoderLogits(const Tensor& x, const std::vector<int32_t>& logit_rows,
+                                    ForwardResult& result) const {
+  const T5Config& c = config_;
+  Backend& b = *backend_;
   const int64_t R = static_cast<int64_t>(logit_rows.size());
   Tensor rows_t, picked, normed, logits;
-  status = AllocateAll(b, {{&rows_t, DType::kI32, {R}},
-                           {&picked, dt, {R, d}},
-                           {&normed, dt, {R, d}},
-                           {&logits, DType::kF32, {R, c.vocab_size}}});
-  if (!status.ok()) return status;
+  MANYSHOT_RETURN_IF_ERROR(AllocateAll(b, {{&rows_t, DType::kI32, {R}},
+                                           {&picked, compute_dtype_, {R, c.d_model}},
+                                           {&normed, compute_dtype_, {R, c.d_model}},
+                                           {&logits, DType::kF32, {R, c.vocab_size}}}));
   b.CopyFromHost(logit_rows.data(), rows_t);
   b.GatherRows(x, rows_t, picked);
   b.RmsNorm(picked, decoder_final_norm_, c.layer_norm_epsilon, normed);
   b.Linear(normed, lm_head_, WeightLayout::kOutIn, Tensor(), logits);
   result.logits.resize(static_cast<size_t>(R * c.vocab_size));
-  status = b.CopyToHost(logits, result.logits.data());
-  if (!status.ok()) return status;
+  return b.CopyToHost(logits, result.logits.data());
+}
+
+absl::StatusOr<ForwardResult> T5Model::Decode(absl::Span<const T5DecoderSequence> sequences) const {
+  const T5Config& c = config_;
+  auto batch = GatherDecoderBatch(sequences);
+  if (!batch.ok()) return batch.status();
+  ForwardResult result;
+  result.vocab_size = c.vocab_size;
+  if (batch->ids.empty()) return result;
+  auto rows = EmbedRows(batch->ids);
+  if (!rows.ok()) return rows.status();
+
+  // Causal relative position bias of each sequence's new rows against all its keys so far.
+  Backend& b = *backend_;
+  const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,
+                          /*bidirectional=*/false, /*causal=*/true};
+  std::vector<Tensor> self_bias(sequences.size());
+  std::vector<BiasedAttentionSequence> self(sequences.size());
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(sequences[s].tokens.size());
+    const int64_t past = batch->pasts[s], keys = past + n;
+    MANYSHOT_ASSIGN_OR_RETURN(
+        self_bias[s],
+        UploadBias(b, T5RelativeBias(decoder_bias_table_, c.num_heads, shape, past, n, keys),
+                   c.num_heads));
+    self[s] = {batch->begins[s], n, nullptr, nullptr, keys, nullptr, &self_bias[s]};
+  }
+  for (size_t l = 0; l < decoder_.size(); ++l) DecoderBlock(l, sequences, *batch, *rows, self);
+  for (const T5DecoderSequence& seq : sequences) {
+    seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
+  }
+  if (batch->logit_rows.empty()) {
+    MANYSHOT_RETURN_IF_ERROR(b.Synchronize());
+    return result;
+  }
+  MANYSHOT_RETURN_IF_ERROR(DecoderLogits(rows->x, batch->logit_rows, result));
   return result;
 }
 

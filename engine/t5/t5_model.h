@@ -123,6 +123,25 @@ class T5Model {
   void FeedForward(const Block& w, const Tensor& x, const Tensor& h, const Tensor& up,
                    const Tensor& act) const;
 
+  // Decode's steps. The batch: every sequence's new tokens back to back, each sequence's first
+  // row and cached length, and the rows whose logits are wanted.
+  struct DecoderBatch {
+    std::vector<int32_t> ids;
+    std::vector<int64_t> begins, pasts;
+    std::vector<int32_t> logit_rows;
+  };
+  // Checks every sequence (cache, encoder output, token ids, logit rows) and reserves its rows.
+  absl::StatusOr<DecoderBatch> GatherDecoderBatch(
+      absl::Span<const T5DecoderSequence> sequences) const;
+  // One decoder block over the batch: causal self-attention (appending each sequence's K/V to its
+  // cache; `self` holds each sequence's bias), cross-attention to its encoder input, feed-forward.
+  void DecoderBlock(size_t layer, absl::Span<const T5DecoderSequence> sequences,
+                    const DecoderBatch& batch, const Rows& rows,
+                    std::vector<BiasedAttentionSequence>& self) const;
+  // The final norm and LM head over the batch's logit rows, copied to the host.
+  absl::Status DecoderLogits(const Tensor& x, const std::vector<int32_t>& logit_rows,
+                             ForwardResult& result) const;
+
   Backend* backend_ = nullptr;
   T5Config config_;
   std::string fingerprint_;
