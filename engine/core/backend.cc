@@ -393,6 +393,12 @@ void Backend::GeluTanh(const Tensor& x) {
       [&] { return x.numel() == 0 ? absl::OkStatus() : GeluTanhImpl(x); });
 }
 
+void Backend::GeluErf(const Tensor& x) {
+  Dispatch(
+      "GeluErf", [&](Checker& c) { c.Defined(x, "x").On(x, device(), "x").Float(x, "x"); },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : GeluErfImpl(x); });
+}
+
 namespace {
 
 // SwiGlu and GeGlu: gate_up [T, 2I] (gate | up) into out [T, I], one float dtype.

@@ -186,6 +186,7 @@ class Backend {
   // positions[t] * table.inv_freq[i] (head_dim / 2 values), cos/sin times table.attention_factor.
   void Rope(const Tensor& x, const Tensor& positions, const RopeTable& table);
   void GeluTanh(const Tensor& x);  // in place
+  void GeluErf(const Tensor& x);   // in place: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))
   // out = silu(gate) * up where gate_up [T, 2I] holds gate in columns [0, I) and up in [I, 2I).
   void SwiGlu(const Tensor& gate_up, const Tensor& out);
   // out = gelu_tanh(gate) * up, gate_up laid out as for SwiGlu (T5 v1.1's "gated-gelu": HF's
@@ -240,6 +241,7 @@ class Backend {
   virtual absl::Status RopeImpl(const Tensor& x, const Tensor& positions,
                                 const RopeTable& table) = 0;
   virtual absl::Status GeluTanhImpl(const Tensor& x) = 0;
+  virtual absl::Status GeluErfImpl(const Tensor& x) = 0;
   virtual absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
   virtual absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
   virtual absl::Status ReluImpl(const Tensor& x) = 0;

@@ -329,6 +329,17 @@ absl::Status CpuBackend::GeluTanhImpl(const Tensor& x) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::GeluErfImpl(const Tensor& x) {
+  if (auto st = RequireF32("GeluErf", {&x}); !st.ok()) return st;
+  const int64_t n = x.numel();
+  float* p = x.data<float>();
+  ParallelRows(*pool_, n / 1024 + 1, 1024, [&](int64_t b, int64_t e) {
+    int64_t end = std::min(n, e * 1024);
+    for (int64_t i = b * 1024; i < end; ++i) p[i] = vmath::GeluErf(p[i]);
+  });
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::SwiGluImpl(const Tensor& gate_up, const Tensor& out) {
   if (auto st = RequireF32("SwiGlu", {&gate_up}); !st.ok()) return st;
   const int64_t rows = gate_up.dim(0);

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
                           const Tensor& bias, const Tensor& out) override;
   absl::Status RopeImpl(const Tensor& x, const Tensor& positions, const RopeTable& table) override;
   absl::Status GeluTanhImpl(const Tensor& x) override;
+  absl::Status GeluErfImpl(const Tensor& x) override;
   absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
   absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;  // cpu_glu_relu.cc
   absl::Status ReluImpl(const Tensor& x) override;                            // cpu_glu_relu.cc

@@ -45,6 +45,12 @@ inline float GeluTanh(float x) {
   return 0.5f * x * (1.0f + Tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
+// GPT-NeoX's "gelu" (torch's default GELU): 0.5 x (1 + erf(x / sqrt(2))).
+inline float GeluErf(float x) {
+  const float kInvSqrt2 = 0.7071067811865476f;
+  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+}
+
 inline float Silu(float x) { return x / (1.0f + Exp(-x)); }
 
 }  // namespace manyshot::vmath

@@ -518,6 +518,12 @@ absl::Status CudaBackend::GeluTanhImpl(const Tensor& x) {
                   cuda::LaunchGeluTanh(x.raw(), ElemTypeOf(x.dtype()), x.numel(), state->stream));
 }
 
+absl::Status CudaBackend::GeluErfImpl(const Tensor& x) {
+  MANYSHOT_CUDA_STATE(state);
+  return Launched("GeluErf",
+                  cuda::LaunchGeluErf(x.raw(), ElemTypeOf(x.dtype()), x.numel(), state->stream));
+}
+
 absl::Status CudaBackend::SwiGluImpl(const Tensor& gate_up, const Tensor& out) {
   MANYSHOT_CUDA_STATE(state);
   return Launched("SwiGlu", cuda::LaunchSwiGlu(gate_up.raw(), out.raw(), ElemTypeOf(out.dtype()),

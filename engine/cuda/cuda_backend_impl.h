@@ -206,6 +206,7 @@ class CudaBackend final : public Backend {
                           const Tensor& bias, const Tensor& out) override;
   absl::Status RopeImpl(const Tensor& x, const Tensor& positions, const RopeTable& table) override;
   absl::Status GeluTanhImpl(const Tensor& x) override;
+  absl::Status GeluErfImpl(const Tensor& x) override;
   absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
   // cuda_t5_ops.cc
   absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;

@@ -343,6 +343,13 @@ struct GeluTanhOp {
   }
 };
 
+struct GeluErfOp {
+  __device__ float operator()(float v) const {
+    const float kInvSqrt2 = 0.7071067811865476f;
+    return 0.5f * v * (1.0f + erff(v * kInvSqrt2));
+  }
+};
+
 template <typename T, int V, typename Op>
 __global__ void UnaryKernel(T* x, int64_t n, Op op) {
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -636,19 +643,32 @@ cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, in
   });
 }
 
-cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t stream) {
+namespace {
+
+template <typename Op>
+cudaError_t LaunchUnary(void* x, ElemType type, int64_t n, Op op, cudaStream_t stream) {
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
   const bool vec = AlignedTo(x, 16);
   return DispatchType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int V = 16 / sizeof(T);
     if (vec) {
-      return Launch(UnaryKernel<T, V, GeluTanhOp>, BlocksFor(n / V, kThreads), kThreads, 0, stream,
-                    static_cast<T*>(x), n, GeluTanhOp{});
+      return Launch(UnaryKernel<T, V, Op>, BlocksFor(n / V, kThreads), kThreads, 0, stream,
+                    static_cast<T*>(x), n, op);
     }
-    return Launch(UnaryKernel<T, 1, GeluTanhOp>, BlocksFor(n, kThreads), kThreads, 0, stream,
-                  static_cast<T*>(x), n, GeluTanhOp{});
+    return Launch(UnaryKernel<T, 1, Op>, BlocksFor(n, kThreads), kThreads, 0, stream,
+                  static_cast<T*>(x), n, op);
   });
+}
+
+}  // namespace
+
+cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t stream) {
+  return LaunchUnary(x, type, n, GeluTanhOp{}, stream);
+}
+
+cudaError_t LaunchGeluErf(void* x, ElemType type, int64_t n, cudaStream_t stream) {
+  return LaunchUnary(x, type, n, GeluErfOp{}, stream);
 }
 
 namespace {

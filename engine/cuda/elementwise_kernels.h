@@ -59,6 +59,9 @@ cudaError_t LaunchRope(void* x, ElemType type, int64_t tokens, int64_t heads, in
 // x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in place.
 cudaError_t LaunchGeluTanh(void* x, ElemType type, int64_t n, cudaStream_t stream);
 
+// x = 0.5 x (1 + erf(x / sqrt(2))) in place (GPT-NeoX's "gelu").
+cudaError_t LaunchGeluErf(void* x, ElemType type, int64_t n, cudaStream_t stream);
+
 // out [rows, inter] = silu(gate) * up, gate_up [rows, 2 * inter] (gate columns first).
 cudaError_t LaunchSwiGlu(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
                          cudaStream_t stream);

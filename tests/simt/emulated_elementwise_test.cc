@@ -642,6 +642,76 @@ TEST(EmulatedElementwiseTest, GeluTanhMatchesTheReference) {
   }
 }
 
+// x = 0.5 x (1 + erf(x / sqrt(2))), GPT-NeoX's "gelu". Tolerance: rounding to the type + 1e-6
+// max(1, |x|) absolute (erff's error, 2 ulp on the GPU, amplified where 1 + erf cancels).
+TEST(EmulatedElementwiseTest, GeluErfMatchesTheReference) {
+  for (ElemType t : kTypes) {
+    for (const FlatCase& c : kFlatCases) {
+      SCOPED_TRACE(Describe(t, c));
+      InBothOrders([&] {
+        std::mt19937 rng(static_cast<uint32_t>(c.n + c.off + 7));
+        Array x(t, c.n, c.off * ElemBytes(t));
+        x.Fill(rng, -6.0f, 6.0f);
+        if (c.n > 3) {
+          x.Set(1, 0.0f);
+          x.Set(2, 30.0f);
+          x.Set(c.n - 1, -30.0f);
+        }
+        std::vector<double> xv(static_cast<size_t>(c.n));
+        for (int64_t i = 0; i < c.n; ++i) xv[static_cast<size_t>(i)] = x.Get(i);
+        ExpectLaunched(cuda::LaunchGeluErf(x.p(), t, c.n, nullptr));
+        Misses miss("x");
+        for (int64_t i = 0; i < c.n; ++i) {
+          const double v = xv[static_cast<size_t>(i)];
+          const double want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+          miss.Near(i, x.Get(i), want,
+                    RoundingTolerance(t, want) + 1e-6 * std::max(1.0, std::abs(v)));
+        }
+        EXPECT_TRUE(x.GuardsUntouched());
+      });
+    }
+  }
+}
+
+// Partial rotary (GPT-NeoX) runs as full RoPE whose table ends in zero frequencies
+// (engine/transformer/transformer.cc, RotaryDimOrder): those pairs must come back bit for bit.
+TEST(EmulatedElementwiseTest, RopeLeavesZeroFrequencyPairsExact) {
+  const int64_t tokens = 3, heads = 2, head_dim = 16, half = head_dim / 2, rotary_half = 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half), 0.0);
+  for (int64_t i = 0; i < rotary_half; ++i) {
+    inv_freq[static_cast<size_t>(i)] = std::pow(10000.0, -2.0 * static_cast<double>(i) / 4.0);
+  }
+  const std::vector<int32_t> positions = {0, 7, 2047};
+  for (ElemType t : kTypes) {
+    SCOPED_TRACE(Name(t));
+    std::mt19937 rng(5);
+    Array x(t, tokens * heads * head_dim, 0);
+    x.Fill(rng, -2.0f, 2.0f);
+    std::vector<double> before(static_cast<size_t>(tokens * heads * head_dim));
+    for (size_t i = 0; i < before.size(); ++i) before[i] = x.Get(static_cast<int64_t>(i));
+    const Buffer pos = Int32s(positions);
+    ExpectLaunched(cuda::LaunchRope(x.p(), t, tokens, heads, head_dim,
+                                    static_cast<const int32_t*>(pos.p), inv_freq.data(), 1.0,
+                                    nullptr));
+    int changed = 0;
+    for (int64_t tok = 0; tok < tokens; ++tok) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t d = 0; d < head_dim; ++d) {
+          const int64_t i = (tok * heads + h) * head_dim + d;
+          const bool rotary = d % half < rotary_half;
+          if (!rotary) {
+            EXPECT_EQ(x.Get(i), before[static_cast<size_t>(i)]) << "element " << i;
+          } else if (x.Get(i) != before[static_cast<size_t>(i)]) {
+            ++changed;
+          }
+        }
+      }
+    }
+    EXPECT_GT(changed, 0);  // the rotary pairs did turn (positions 7 and 2047)
+    EXPECT_TRUE(x.GuardsUntouched());
+  }
+}
+
 // x = max(x, 0) as the CPU backend's std::max(x, 0.0f): exact, and -0 and NaN pass through.
 TEST(EmulatedElementwiseTest, ReluIsExact) {
   for (ElemType t : kTypes) {
@@ -985,6 +1055,8 @@ TEST(EmulatedElementwiseTest, EmptyAndInvalidProblemsLaunchNothing) {
   EXPECT_EQ(cuda::LaunchRope(p, kF32, -1, 1, 4, ids, inv_freq, 1.0, nullptr), kBad);
   EXPECT_EQ(cuda::LaunchGeluTanh(p, kF32, 0, nullptr), kOk);
   EXPECT_EQ(cuda::LaunchGeluTanh(p, kF32, -1, nullptr), kBad);
+  EXPECT_EQ(cuda::LaunchGeluErf(p, kF32, 0, nullptr), kOk);
+  EXPECT_EQ(cuda::LaunchGeluErf(p, kF32, -1, nullptr), kBad);
   EXPECT_EQ(cuda::LaunchSwiGlu(q, p, kF32, 0, 4, nullptr), kOk);
   EXPECT_EQ(cuda::LaunchSwiGlu(q, p, kF32, 2, -4, nullptr), kBad);
   EXPECT_EQ(cuda::LaunchGeGlu(q, p, kF32, 2, 0, nullptr), kOk);
