@@ -13,7 +13,7 @@
 #include "engine/model/synthetic/tiny_model.h"
 #include "tools/stored_dtype_flag.h"
 
-ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral, qwen2, bloom or opt");
+ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral, qwen2, phi3, bloom, opt or gpt_neox");
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
 ABSL_FLAG(std::string, tokenizer_dir, "",
           "directory whose tokenizer files are copied into the model (optional)");

@@ -59,6 +59,33 @@ constexpr ArchTraits kOptTraits = {
     .optional_prefix = "model.",  // OPTForCausalLM's state dict; OPTModel's has none
 };
 
+constexpr ArchTraits kGptNeoxTraits = {
+    .architecture = Architecture::kGptNeox,
+    .name = "gpt_neox",
+    .norm = NormKind::kLayer,
+    .activation = Activation::kGeluErf,
+    .position = PositionKind::kRotary,  // on ModelConfig::rotary_dims of each head
+    .position_offset = 0,
+    .layout = WeightLayout::kOutIn,
+    .qkv = QkvLayout::kFusedPerHead,  // query_key_value viewed [heads, 3, head_dim]
+    .embedding_norm = false,
+    .optional_prefix =
+        "",  // the table holds GPTNeoXForCausalLM's names ("gpt_neox." and embed_out)
+};
+
+constexpr ArchTraits kPhi3Traits = {
+    .architecture = Architecture::kPhi3,
+    .name = "phi3",
+    .norm = NormKind::kRms,
+    .activation = Activation::kSwiGlu,  // gate_up_proj: gate | up, as the fused Llama weight
+    .position = PositionKind::kRotary,
+    .position_offset = 0,
+    .layout = WeightLayout::kOutIn,
+    .qkv = QkvLayout::kFused,  // qkv_proj: q | k | v
+    .embedding_norm = false,
+    .optional_prefix = "",
+};
+
 }  // namespace
 
 const ArchTraits& TraitsOf(Architecture architecture) {
@@ -71,6 +98,10 @@ const ArchTraits& TraitsOf(Architecture architecture) {
       return kBloomTraits;
     case Architecture::kOpt:
       return kOptTraits;
+    case Architecture::kGptNeox:
+      return kGptNeoxTraits;
+    case Architecture::kPhi3:
+      return kPhi3Traits;
   }
   std::abort();  // every enumerator is handled above (-Wswitch checks)
 }

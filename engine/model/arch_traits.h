@@ -26,6 +26,7 @@ enum class Activation : uint8_t {
   kSwiGlu = 0,    // silu(gate) * up: the up projection is gate | up (Llama)
   kGeluTanh = 1,  // GPT-2 gelu_new, BLOOM bloom_gelu (the same tanh approximation)
   kRelu = 2,      // OPT
+  kGeluErf = 3,   // GPT-NeoX "gelu": x * Phi(x), the exact (erf) GELU
 };
 
 // How a token's position id enters the model.
@@ -39,8 +40,8 @@ enum class PositionKind : uint8_t {
 enum class QkvLayout : uint8_t {
   kSeparate = 0,      // three tensors (ATTN_Q, ATTN_K, ATTN_V), fused at load time
   kFused = 1,         // one tensor, output units q | k | v (GPT-2 c_attn)
-  kFusedPerHead = 2,  // one tensor, output units per head [q_h | k_h | v_h] (BLOOM), reordered
-                      // to q | k | v at load time; [out, in] layouts only
+  kFusedPerHead = 2,  // one tensor, output units per head [q_h | k_h | v_h] (BLOOM, GPT-NeoX),
+                      // reordered to q | k | v at load time; [out, in] layouts only
 };
 
 struct ArchTraits {

@@ -1,4 +1,5 @@
-// config.json parsers and writers of the families that live outside model_config.cc (BLOOM, OPT),
+// config.json parsers and writers of the families that live outside model_config.cc (BLOOM, OPT,
+// GPT-NeoX),
 // one file each, on the shared typed key reader. ParseModelConfig and ModelConfigToJson dispatch
 // here by model_type / architecture.
 #pragma once
@@ -18,5 +19,10 @@ void BloomConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
 // word_embed_proj_dim == hidden_size (every OPT but opt-350m, whose project_in/out we lack).
 absl::Status ParseOptConfig(const config_keys::KeyReader& r, ModelConfig& c);
 void OptConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
+
+// GPT-NeoX / Pythia (modeling_gpt_neox.py): the keys of GPTNeoXConfig; c.model_type is already
+// set.
+absl::Status ParseGptNeoxConfig(const config_keys::KeyReader& r, ModelConfig& c);
+void GptNeoxConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
 
 }  // namespace manyshot

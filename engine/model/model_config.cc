@@ -31,7 +31,8 @@ using config_keys::ShortestDecimal;
 
 // The window a family's config.json sets for its layers (0: none), with transformers' defaults:
 // MistralConfig's sliding_window defaults to 4096 (null turns it off); Qwen2 uses its window only
-// with use_sliding_window, and only on layers from max_window_layers on.
+// with use_sliding_window, and only on layers from max_window_layers on; Phi3Config's has no
+// default (Phi-3-mini-4k sets 2047).
 absl::StatusOr<int64_t> SlidingWindow(const KeyReader& r, const ModelConfig& c) {
   if (c.model_type == "qwen2") {
     bool use = false;
@@ -42,6 +43,8 @@ absl::StatusOr<int64_t> SlidingWindow(const KeyReader& r, const ModelConfig& c) 
       MANYSHOT_ASSIGN_OR_RETURN(first_layer, r.Int("max_window_layers"));
     }
     if (first_layer >= c.num_layers) return 0;
+  } else if (c.model_type == "phi3") {
+    if (!r.Has("sliding_window")) return 0;
   } else if (c.model_type != "mistral") {
     return 0;
   }
@@ -93,7 +96,18 @@ absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   MANYSHOT_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(r));
   if (absl::Status window = ReadSlidingWindow(r, c); !window.ok()) return window;
 
-  if (c.model_type == "qwen2") {
+  if (c.model_type == "phi3") {
+    // Phi-3's projections have no bias, and it rotates every dimension of the head (Phi-4-mini's
+    // partial_rotary_factor is not supported).
+    c.architecture = Architecture::kPhi3;
+    c.attention_bias = c.attention_out_bias = c.mlp_bias = false;
+    if (r.Has("partial_rotary_factor")) {
+      double factor = 0;
+      MANYSHOT_ASSIGN_OR_RETURN(factor, r.PositiveNumber("partial_rotary_factor", 1.0));
+      if (factor != 1.0) return r.Error("partial_rotary_factor", "must be 1 for phi3");
+    }
+    MANYSHOT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+  } else if (c.model_type == "qwen2") {
     // Qwen2 always has q/k/v bias and never an o_proj bias; the config has no key for it.
     c.attention_bias = true;
     c.attention_out_bias = false;
@@ -151,6 +165,8 @@ void SlidingWindowToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
     j["use_sliding_window"] = true;
     j["sliding_window"] = c.sliding_window;
     j["max_window_layers"] = 0;
+  } else if (c.model_type == "phi3") {
+    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   } else if (c.model_type == "mistral") {
     if (c.sliding_window > 0) {
       j["sliding_window"] = c.sliding_window;
@@ -176,7 +192,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
   MANYSHOT_ASSIGN_OR_RETURN(c.model_type, r.String("model_type", std::nullopt));
   MANYSHOT_ASSIGN_OR_RETURN(c.torch_dtype, r.String("torch_dtype", std::string("float32")));
   absl::Status s;
-  if (c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2") {
+  if (c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
+      c.model_type == "phi3") {
     s = ParseLlamaFamily(r, c);
   } else if (c.model_type == "gpt2") {
     s = ParseGpt2(r, c);
@@ -184,6 +201,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
     s = ParseBloomConfig(r, c);
   } else if (c.model_type == "opt") {
     s = ParseOptConfig(r, c);
+  } else if (c.model_type == "gpt_neox") {
+    s = ParseGptNeoxConfig(r, c);
   } else if (c.model_type == "t5") {  // described by T5Config (t5_config.h) instead
     return absl::UnimplementedError(absl::StrCat(
         file,
@@ -192,7 +211,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
   } else {
     return absl::UnimplementedError(
         absl::StrCat(file, ": key \"model_type\" has unsupported value \"", c.model_type,
-                     "\" (supported: llama, mistral, qwen2, gpt2, bloom, opt)"));
+                     "\" (supported: llama, mistral, qwen2, phi3, gpt2, bloom, opt, gpt_neox)"));
   }
   if (!s.ok()) return s;
   return c;
@@ -205,6 +224,8 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     BloomConfigToJson(c, j);
   } else if (c.architecture == Architecture::kOpt) {
     OptConfigToJson(c, j);
+  } else if (c.architecture == Architecture::kGptNeox) {
+    GptNeoxConfigToJson(c, j);
   } else if (c.architecture == Architecture::kGpt2) {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
@@ -222,6 +243,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     const std::string& mt = c.model_type.empty() ? std::string("llama") : c.model_type;
     const char* arch = mt == "mistral" ? "MistralForCausalLM"
                        : mt == "qwen2" ? "Qwen2ForCausalLM"
+                       : mt == "phi3"  ? "Phi3ForCausalLM"
                                        : "LlamaForCausalLM";
     j["architectures"] = {arch};
     j["model_type"] = mt;
@@ -238,7 +260,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     RopeScalingToJson(c.rope_scaling, j);
     j["hidden_act"] = "silu";
     j["tie_word_embeddings"] = c.tie_word_embeddings;
-    if (mt != "qwen2") {
+    if (mt != "qwen2" && mt != "phi3") {
       j["attention_bias"] = c.attention_bias;
       j["mlp_bias"] = c.mlp_bias;
     }

@@ -13,15 +13,18 @@
 namespace manyshot {
 
 enum class Architecture : uint8_t {
-  kLlama = 0,  // llama, mistral, qwen2: RoPE (rotate-half), RMSNorm, SwiGLU, GQA
-  kGpt2 = 1,   // learned positions, LayerNorm, tanh-GELU, Conv1D weights stored [in, out]
-  kBloom = 2,  // ALiBi, LayerNorm (also after the embeddings), GELU, fused per-head q|k|v
-  kOpt = 3,    // learned positions (offset 2), LayerNorm pre or post, ReLU
+  kLlama = 0,    // llama, mistral, qwen2: RoPE (rotate-half), RMSNorm, SwiGLU, GQA
+  kGpt2 = 1,     // learned positions, LayerNorm, tanh-GELU, Conv1D weights stored [in, out]
+  kBloom = 2,    // ALiBi, LayerNorm (also after the embeddings), GELU, fused per-head q|k|v
+  kOpt = 3,      // learned positions (offset 2), LayerNorm pre or post, ReLU
+  kGptNeox = 4,  // partial rotary, LayerNorm, erf GELU, fused per-head q|k|v, parallel residual
+  kPhi3 = 5,     // Llama with fused qkv_proj (q | k | v) and gate_up_proj (gate | up)
 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
-  // config.json "model_type" as given: "llama", "mistral", "qwen2", "gpt2", "bloom", "opt"
+  // config.json "model_type" as given: "llama", "mistral", "qwen2", "gpt2", "bloom", "opt",
+  // "gpt_neox", "phi3"
   std::string model_type;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -41,6 +44,12 @@ struct ModelConfig {
   // Norms before each sublayer (pre-LN; every family but OPT's do_layer_norm_before: false, whose
   // post-LN layers norm after the residual add and have no final norm).
   bool pre_norm = true;
+  // RoPE turns only the first rotary_dims dimensions of each head (GPT-NeoX's rotary_pct), in
+  // rotate-half pairs (i, i + rotary_dims / 2); 0: all of them.
+  int64_t rotary_dims = 0;
+  // Attention and MLP both read the block's input and add to it (GPT-NeoX's
+  // use_parallel_residual): x + attn(ln1(x)) + mlp(ln2(x)).
+  bool parallel_residual = false;
   // The shortest sliding attention window of any layer when it is shorter than
   // max_position_embeddings (Mistral v0.1, Qwen2 with use_sliding_window); 0 otherwise. The model
   // is served within it (ContextLength), where a window hides no key.

@@ -103,6 +103,40 @@ constexpr TensorNameRow kOptTable[] = {
     {R::kOutput, W, "lm_head.weight"},
 };
 
+// GPT-NeoX / Pythia (modeling_gpt_neox.py), GPTNeoXForCausalLM's names. query_key_value's output
+// units are per head [q_h | k_h | v_h], as BLOOM's.
+constexpr TensorNameRow kGptNeoxTable[] = {
+    {R::kTokenEmbd, W, "gpt_neox.embed_in.weight"},
+    {R::kAttnNorm, W, "gpt_neox.layers.{}.input_layernorm.weight"},
+    {R::kAttnNorm, B, "gpt_neox.layers.{}.input_layernorm.bias"},
+    {R::kAttnQkv, W, "gpt_neox.layers.{}.attention.query_key_value.weight"},
+    {R::kAttnQkv, B, "gpt_neox.layers.{}.attention.query_key_value.bias"},
+    {R::kAttnOut, W, "gpt_neox.layers.{}.attention.dense.weight"},
+    {R::kAttnOut, B, "gpt_neox.layers.{}.attention.dense.bias"},
+    {R::kFfnNorm, W, "gpt_neox.layers.{}.post_attention_layernorm.weight"},
+    {R::kFfnNorm, B, "gpt_neox.layers.{}.post_attention_layernorm.bias"},
+    {R::kFfnUp, W, "gpt_neox.layers.{}.mlp.dense_h_to_4h.weight"},
+    {R::kFfnUp, B, "gpt_neox.layers.{}.mlp.dense_h_to_4h.bias"},
+    {R::kFfnDown, W, "gpt_neox.layers.{}.mlp.dense_4h_to_h.weight"},
+    {R::kFfnDown, B, "gpt_neox.layers.{}.mlp.dense_4h_to_h.bias"},
+    {R::kOutputNorm, W, "gpt_neox.final_layer_norm.weight"},
+    {R::kOutputNorm, B, "gpt_neox.final_layer_norm.bias"},
+    {R::kOutput, W, "embed_out.weight"},
+};
+
+// Phi-3 (modeling_phi3.py): Llama's names with qkv_proj (q | k | v) and gate_up_proj (gate | up).
+constexpr TensorNameRow kPhi3Table[] = {
+    {R::kTokenEmbd, W, "model.embed_tokens.weight"},
+    {R::kAttnNorm, W, "model.layers.{}.input_layernorm.weight"},
+    {R::kAttnQkv, W, "model.layers.{}.self_attn.qkv_proj.weight"},
+    {R::kAttnOut, W, "model.layers.{}.self_attn.o_proj.weight"},
+    {R::kFfnNorm, W, "model.layers.{}.post_attention_layernorm.weight"},
+    {R::kFfnGateUp, W, "model.layers.{}.mlp.gate_up_proj.weight"},
+    {R::kFfnDown, W, "model.layers.{}.mlp.down_proj.weight"},
+    {R::kOutputNorm, W, "model.norm.weight"},
+    {R::kOutput, W, "lm_head.weight"},
+};
+
 bool PerLayer(const TensorNameRow& row) { return row.name.find("{}") != std::string_view::npos; }
 
 const TensorNameRow* FindRow(Architecture arch, TensorRole role, TensorPart part) {
@@ -129,6 +163,10 @@ absl::Span<const TensorNameRow> TensorTable(Architecture arch) {
       return kBloomTable;
     case Architecture::kOpt:
       return kOptTable;
+    case Architecture::kGptNeox:
+      return kGptNeoxTable;
+    case Architecture::kPhi3:
+      return kPhi3Table;
   }
   std::abort();  // every enumerator is handled above (-Wswitch checks)
 }
@@ -149,6 +187,7 @@ bool HasTensor(const ModelConfig& c, TensorRole role, TensorPart part) {
       return c.attention_out_bias;
     case R::kFfnGate:
     case R::kFfnUp:
+    case R::kFfnGateUp:
     case R::kFfnDown:
       return c.mlp_bias;
     default:
@@ -165,6 +204,7 @@ bool IsProjection(TensorRole role) {
     case R::kAttnOut:
     case R::kFfnGate:
     case R::kFfnUp:
+    case R::kFfnGateUp:
     case R::kFfnDown:
       return true;
     default:
@@ -209,6 +249,9 @@ std::vector<int64_t> TensorShape(const ModelConfig& c, TensorRole role, TensorPa
     case R::kFfnGate:
     case R::kFfnUp:
       out = i;
+      break;
+    case R::kFfnGateUp:
+      out = 2 * i;
       break;
     case R::kFfnDown:
       out = h;

@@ -34,6 +34,7 @@ enum class TensorRole : uint8_t {
   kFfnNorm,
   kFfnGate,
   kFfnUp,
+  kFfnGateUp,  // gate and up in one tensor, output units gate | up (Phi-3's gate_up_proj)
   kFfnDown,
   kOutputNorm,  // the final norm
   kOutput,      // the lm head [V, H]; absent when tied to kTokenEmbd

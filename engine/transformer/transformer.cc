@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,33 @@ struct Transformer::Layer {
 };
 
 namespace {
+
+// Partial rotary (ModelConfig::rotary_dims = r < head_dim D) runs on the full rotate-half RoPE of
+// every backend, which pairs dimension i with i + D/2: q and k's head dimensions are held
+// permuted so that the checkpoint's rotary pairs (i, i + r/2) sit at (i, i + D/2), the other
+// dimensions fill the rest in order, and the table turns them by angle 0 (cos 1, sin 0: exactly
+// the identity). q.k is the same sum in another order, so attention is unchanged.
+// Entry p is the checkpoint dimension held at p.
+std::vector<int64_t> RotaryDimOrder(int64_t head_dim, int64_t rotary_dims) {
+  const int64_t half = head_dim / 2, rotary_half = rotary_dims / 2;
+  const int64_t pass_half = half - rotary_half;  // pass-through dimensions per half
+  std::vector<int64_t> order(static_cast<size_t>(head_dim));
+  for (int64_t p = 0; p < half; ++p) {
+    order[p] = p < rotary_half ? p : rotary_dims + (p - rotary_half);
+    order[half + p] =
+        p < rotary_half ? rotary_half + p : rotary_dims + pass_half + (p - rotary_half);
+  }
+  return order;
+}
+
+// The RoPE table of the held layout: the rotary pairs' frequencies first, then zeros.
+RopeTable HeldRopeTable(const ModelConfig& c) {
+  const int64_t rotary = c.rotary_dims == 0 ? c.head_dim : c.rotary_dims;
+  RopeTable table =
+      ComputeRopeTable(c.rope_scaling, c.rope_theta, rotary, c.max_position_embeddings);
+  table.inv_freq.resize(static_cast<size_t>(c.head_dim / 2), 0.0);
+  return table;
+}
 
 // Reads tensors from a checkpoint into backend tensors, fusing several checkpoint tensors along
 // the output dimension where the forward pass wants one GEMM, and holding every projection weight
@@ -158,8 +186,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
   if (!config.ok()) return config.status();
   model->config_ = *config;
   if (TraitsOf(config->architecture).position == PositionKind::kRotary) {
-    model->rope_ = ComputeRopeTable(config->rope_scaling, config->rope_theta, config->head_dim,
-                                    config->max_position_embeddings);
+    model->rope_ = HeldRopeTable(*config);
   }
   auto status = model->LoadWeights(model_dir);
   if (!status.ok()) return status;
@@ -205,16 +232,23 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   };
   using R = TensorRole;
   constexpr TensorPart W = TensorPart::kWeight, B = TensorPart::kBias;
-  // kFusedPerHead: output unit (h, j, d) of the checkpoint (j = q, k, v) becomes unit (j, h, d).
+  // kFusedPerHead: output unit (h, j, d) of the checkpoint (j = q, k, v) becomes unit (j, h, d),
+  // with q and k's d in RotaryDimOrder for partial rotary.
   std::vector<int64_t> qkv_order;
   if (traits.qkv == QkvLayout::kFusedPerHead) {
+    std::vector<int64_t> dims(static_cast<size_t>(c.head_dim));
+    std::iota(dims.begin(), dims.end(), int64_t{0});
+    const std::vector<int64_t> rotary_dims =
+        c.rotary_dims == 0 ? dims : RotaryDimOrder(c.head_dim, c.rotary_dims);
     for (int64_t j = 0; j < 3; ++j) {
       for (int64_t h = 0; h < c.num_heads; ++h) {
         for (int64_t d = 0; d < c.head_dim; ++d) {
-          qkv_order.push_back((h * 3 + j) * c.head_dim + d);
+          qkv_order.push_back((h * 3 + j) * c.head_dim + (j < 2 ? rotary_dims : dims)[d]);
         }
       }
     }
+  } else if (c.rotary_dims != 0) {
+    return absl::UnimplementedError("partial rotary needs a per-head fused q|k|v (GPT-NeoX)");
   }
   if (traits.position == PositionKind::kAlibi) {
     const std::vector<float> slopes = AlibiSlopes(c.num_heads);
@@ -277,7 +311,10 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
     MANYSHOT_RETURN_IF_ERROR(read(R::kAttnOut, B, l, w.o_b));
     MANYSHOT_RETURN_IF_ERROR(read(R::kFfnNorm, W, l, w.mlp_norm_w));
     MANYSHOT_RETURN_IF_ERROR(read(R::kFfnNorm, B, l, w.mlp_norm_b));
-    if (traits.activation == Activation::kSwiGlu) {
+    if (HasTensor(c, R::kFfnGateUp, W)) {  // stored fused already (Phi-3)
+      MANYSHOT_RETURN_IF_ERROR(read(R::kFfnGateUp, W, l, w.up_w));
+      MANYSHOT_RETURN_IF_ERROR(read(R::kFfnGateUp, B, l, w.up_b));
+    } else if (traits.activation == Activation::kSwiGlu) {
       MANYSHOT_RETURN_IF_ERROR(fuse({R::kFfnGate, R::kFfnUp}, W, l, w.up_w));
       MANYSHOT_RETURN_IF_ERROR(fuse({R::kFfnGate, R::kFfnUp}, B, l, w.up_b));
     } else {
@@ -353,7 +390,7 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   Backend& b = *backend_;
   const DType dt = compute_dtype_;
   // Every activation of the pass, allocated up front so out-of-memory fails before any work.
-  Tensor x, h, qkv, q, k, v, attn, up, act, id_t, pos_t;
+  Tensor x, h, qkv, q, k, v, attn, up, act, id_t, pos_t, mlp_out;
   std::vector<TensorAllocation> shapes = {{&x, dt, {T, H}},
                                           {&h, dt, {T, H}},
                                           {&qkv, dt, {T, (heads + 2 * kv_heads) * D}},
@@ -365,6 +402,8 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
                                           {&id_t, DType::kI32, {T}},
                                           {&pos_t, DType::kI32, {T}}};
   if (gated) shapes.push_back({&act, dt, {T, I}});
+  // Parallel residual: the MLP's input and output while h holds the attention's output.
+  if (c.parallel_residual) shapes.push_back({&mlp_out, dt, {T, H}});
   if (absl::Status allocated = AllocateAll(b, shapes); !allocated.ok()) return allocated;
   if (!gated) act = up;  // the activation runs in place
   // Index arguments go to the device once per pass.
@@ -445,22 +484,35 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
     }
     b.Attention(q, attn_seqs, context ? &ctx : nullptr, scale, attn, Tensor());
     b.Linear(attn.Reshape({T, heads * D}), w.o_w, layout, w.o_b, h);
+    auto mlp = [&](const Tensor& in, const Tensor& out) {
+      b.Linear(in, w.up_w, layout, w.up_b, up);
+      switch (traits.activation) {
+        case Activation::kSwiGlu:
+          b.SwiGlu(up, act);
+          break;
+        case Activation::kGeluTanh:
+          b.GeluTanh(up);
+          break;
+        case Activation::kRelu:
+          b.Relu(up);
+          break;
+        case Activation::kGeluErf:
+          b.GeluErf(up);
+          break;
+      }
+      b.Linear(act, w.down_w, layout, w.down_b, out);
+    };
+    if (c.parallel_residual) {  // both sublayers read the block's input x
+      norm(x, w.mlp_norm_w, w.mlp_norm_b, mlp_out);
+      mlp(mlp_out, mlp_out);  // the up projection has read its input before down writes
+      b.Add(x, h);
+      b.Add(x, mlp_out);
+      continue;
+    }
     b.Add(x, h);
     post_norm(w.attn_norm_w, w.attn_norm_b);
     if (c.pre_norm) norm(x, w.mlp_norm_w, w.mlp_norm_b, h);
-    b.Linear(c.pre_norm ? h : x, w.up_w, layout, w.up_b, up);
-    switch (traits.activation) {
-      case Activation::kSwiGlu:
-        b.SwiGlu(up, act);
-        break;
-      case Activation::kGeluTanh:
-        b.GeluTanh(up);
-        break;
-      case Activation::kRelu:
-        b.Relu(up);
-        break;
-    }
-    b.Linear(act, w.down_w, layout, w.down_b, h);
+    mlp(c.pre_norm ? h : x, h);
     b.Add(x, h);
     post_norm(w.mlp_norm_w, w.mlp_norm_b);
   }

@@ -93,15 +93,33 @@ MODELS = [
          dtype="f32", shards=1, seed=13, rope_theta=10000.0,
          rope_scaling={"rope_type": "yarn", "factor": 8.0,
                        "original_max_position_embeddings": 256}),
+    # Phi-3-mini-4k's layout (fused qkv_proj and gate_up_proj), GQA, f16.
+    dict(name="phi3", family="phi3", vocab_size=32064, hidden_size=64, intermediate_size=160,
+         num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=2048,
+         tie_word_embeddings=False, attention_bias=False, dtype="f16", shards=1, seed=16,
+         rope_theta=10000.0),
+    # GPT-NeoX: Pythia's settings (a quarter of each 16-wide head rotary, parallel residual,
+    # untied embed_out, Pythia's padded vocabulary); and a sequential-residual variant with half of
+    # each head rotary, bf16, sharded, through config.json keys ("config").
+    dict(name="pythia", family="gpt_neox", vocab_size=50304, hidden_size=64,
+         intermediate_size=256, num_layers=2, num_heads=4, num_kv_heads=4,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
+         dtype="f32", shards=1, seed=14, rope_theta=10000.0),
+    dict(name="gpt_neox_sequential", family="gpt_neox", vocab_size=50304, hidden_size=64,
+         intermediate_size=192, num_layers=3, num_heads=2, num_kv_heads=2,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
+         dtype="bf16", shards=2, seed=15, rope_theta=10000.0,
+         config={"use_parallel_residual": False, "rotary_pct": 0.5}),
 ]
 
 # Token ids of each family's beginning of sequence (the tiny models' configs say the same).
-BOS = {"gpt2": 50256, "opt": 2}
+BOS = {"gpt2": 50256, "opt": 2, "gpt_neox": 0}
 
 SPEC_KEYS = ["family", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
              "num_kv_heads", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
              "dtype", "shards", "seed", "rope_theta"]
-OPTIONAL_SPEC_KEYS = ["pre_norm", "rope_scaling"]  # recorded only where a model sets them
+# Recorded only where a model sets them; "config": config.json keys set after writing the model.
+OPTIONAL_SPEC_KEYS = ["pre_norm", "rope_scaling", "config"]
 
 
 def spec_json(spec):
@@ -124,15 +142,24 @@ def binary_args(spec, out_dir, tokenizer_dir):
     ] + ([f"--pre_norm={b(spec['pre_norm'])}"] if "pre_norm" in spec else [])
 
 
-def add_rope_scaling(model_dir, rope_scaling):
-    """Sets config.json's rope_scaling as a checkpoint's would (the weights do not depend on it;
+def set_config_keys(model_dir, keys):
+    """Sets config.json keys as a checkpoint's would (the weights do not depend on them;
     tests/engine/support/golden_models.cc does the same)."""
     path = os.path.join(model_dir, "config.json")
     with open(path) as f:
         config = json.load(f)
-    config["rope_scaling"] = rope_scaling
+    config.update(keys)
     with open(path, "w") as f:
         json.dump(config, f, indent=2)
+
+
+def write_model(binary, spec, model_dir, tokenizer_dir):
+    """The spec's tiny model, with its rope_scaling and config keys."""
+    subprocess.run([binary] + binary_args(spec, model_dir, tokenizer_dir), check=True)
+    if "rope_scaling" in spec:
+        set_config_keys(model_dir, {"rope_scaling": spec["rope_scaling"]})
+    if "config" in spec:
+        set_config_keys(model_dir, spec["config"])
 
 
 def make_cases(spec, bos):
@@ -199,9 +226,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="manyshot_golden_") as tmp:
             model_dir = os.path.join(tmp, spec["name"])
             tok = args.gpt2_tokenizer_dir if spec["family"] == "gpt2" else args.llama_tokenizer_dir
-            subprocess.run([args.binary] + binary_args(spec, model_dir, tok), check=True)
-            if "rope_scaling" in spec:
-                add_rope_scaling(model_dir, spec["rope_scaling"])
+            write_model(args.binary, spec, model_dir, tok)
             model = reference.load_model(model_dir)
         bos = BOS.get(spec["family"], 1)
 

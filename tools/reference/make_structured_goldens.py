@@ -37,6 +37,9 @@ import structured as sp  # noqa: E402
 LLAMA_IDS = dict(bos=1, eos=2, space=29871)
 GPT2_IDS = dict(bos=50256, eos=50256, space=220)
 OPT_IDS = dict(bos=2, eos=2, space=1437)  # OPT's GPT-2-style BPE with fairseq's ids
+# GPT-NeoX: <|endoftext|> 0 is bos and eos; the pad-space id only has to be in the vocabulary
+# (the random cases' tokens are ids, not text).
+NEOX_IDS = dict(bos=0, eos=0, space=220)
 
 SST2_DEMOS = [
     ("the acting is superb and the story moves at a brisk pace", "positive"),
@@ -490,11 +493,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="manyshot_sgolden_") as tmp:
             model_dir = os.path.join(tmp, name)
             tdir = args.gpt2_tokenizer_dir if spec["family"] == "gpt2" else ""
-            subprocess.run([args.binary] + make_goldens.binary_args(spec, model_dir, tdir),
-                           check=True)
+            make_goldens.write_model(args.binary, spec, model_dir, tdir)
             model = reference.load_model(model_dir)
         gpt2 = spec["family"] == "gpt2"
-        ids_map = GPT2_IDS if gpt2 else OPT_IDS if spec["family"] == "opt" else LLAMA_IDS
+        ids_map = (GPT2_IDS if gpt2 else OPT_IDS if spec["family"] == "opt" else
+                   NEOX_IDS if spec["family"] == "gpt_neox" else LLAMA_IDS)
         self_check_model(model, spec, ids_map["bos"])
         cases = random_cases(model, spec, ids_map)
         if gpt2:

@@ -1,7 +1,8 @@
 """Independent NumPy reference forward pass for the model families manyshot serves.
 
 Written from the Hugging Face modeling semantics (transformers' modeling_llama.py,
-modeling_mistral.py, modeling_qwen2.py, modeling_gpt2.py, modeling_bloom.py and modeling_opt.py),
+modeling_mistral.py, modeling_qwen2.py, modeling_phi3.py, modeling_gpt2.py, modeling_bloom.py,
+modeling_opt.py and modeling_gpt_neox.py),
 not from manyshot's C++, so that the
 golden logits it produces are an independent check of the engine. Everything is computed in
 float64 from the stored weights (f32, f16 or bf16, widened exactly).
@@ -165,6 +166,30 @@ class LlamaModel:
         h = self.rms_norm(h, self.w["model.norm.weight"])
         logits = h @ self.lm_head.T
         return (logits, all_probs) if return_probs else logits
+
+
+class Phi3Model(LlamaModel):
+    """Phi-3: Llama with qkv_proj and gate_up_proj fused. Phi3Attention slices qkv_proj's output
+    as q | k | v; Phi3MLP chunks gate_up_proj's in two, gate first. The fused weights are split
+    here into Llama's names, and the rest is LlamaModel."""
+
+    def __init__(self, config, tensors):
+        nh = config["num_attention_heads"]
+        nkv = config.get("num_key_value_heads") or nh
+        hd = config.get("head_dim") or config["hidden_size"] // nh
+        inter = config["intermediate_size"]
+        split = dict(tensors)
+        for i in range(config["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            qkv = split.pop(p + "self_attn.qkv_proj.weight")
+            q_end, k_end = nh * hd, nh * hd + nkv * hd
+            split[p + "self_attn.q_proj.weight"] = qkv[:q_end]
+            split[p + "self_attn.k_proj.weight"] = qkv[q_end:k_end]
+            split[p + "self_attn.v_proj.weight"] = qkv[k_end:]
+            gate_up = split.pop(p + "mlp.gate_up_proj.weight")
+            split[p + "mlp.gate_proj.weight"] = gate_up[:inter]
+            split[p + "mlp.up_proj.weight"] = gate_up[inter:]
+        super().__init__(config, split)
 
 
 class Gpt2Model:
@@ -376,6 +401,89 @@ class OptModel:
         return (logits, probs) if return_probs else logits
 
 
+class GptNeoxModel:
+    """GPT-NeoX / Pythia: rotary on the first rotary_ndims of each head (rotate-half within them),
+    fused per-head query_key_value, LayerNorm with bias, erf GELU, parallel or sequential residual,
+    untied embed_out."""
+
+    def __init__(self, config, tensors):
+        self.c = config
+        self.w = tensors
+        self.hidden = config["hidden_size"]
+        self.nh = config["num_attention_heads"]
+        self.hd = self.hidden // self.nh
+        self.layers = config["num_hidden_layers"]
+        self.eps = float(config.get("layer_norm_eps", 1e-5))
+        pct = config.get("partial_rotary_factor", config.get("rotary_pct", 0.25))
+        self.rotary_ndims = int(self.hd * pct)  # GPTNeoXAttention.rotary_ndims
+        self.base = float(config.get("rope_theta", config.get("rotary_emb_base", 10000)))
+        self.parallel = config.get("use_parallel_residual", True)
+        if config.get("hidden_act", "gelu") != "gelu":
+            raise NotImplementedError(config["hidden_act"])
+        scaled = rope_scaling.rope_parameters(dict(config, rope_theta=self.base), self.rotary_ndims)
+        if scaled is None:
+            d = self.rotary_ndims
+            scaled = (1.0 / (self.base ** (np.arange(0, d, 2, dtype=np.float64) / d)), 1.0)
+        self.inv_freq, self.attention = scaled
+        tied = config.get("tie_word_embeddings", False)
+        self.lm_head = self.w["gpt_neox.embed_in.weight" if tied else "embed_out.weight"]
+
+    def ln(self, x, prefix):
+        return layer_norm(x, self.w[prefix + ".weight"], self.w[prefix + ".bias"], self.eps)
+
+    def linear(self, x, prefix):
+        y = x @ self.w[prefix + ".weight"].T
+        b = self.w.get(prefix + ".bias")
+        return y if b is None else y + b
+
+    @staticmethod
+    def gelu(x):  # torch.nn.functional.gelu, approximate="none"
+        return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+    def rope(self, x, positions):
+        """apply_rotary_pos_emb on x[..., :rotary_ndims]; the rest passes through."""
+        r = self.rotary_ndims
+        freqs = np.asarray(positions, dtype=np.float64)[:, None] * self.inv_freq[None, :]
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        cos = np.cos(emb)[:, None, :] * self.attention
+        sin = np.sin(emb)[:, None, :] * self.attention
+        x_rot, x_pass = x[..., :r], x[..., r:]
+        rotated = np.concatenate([-x_rot[..., r // 2:], x_rot[..., : r // 2]], axis=-1)
+        return np.concatenate([x_rot * cos + rotated * sin, x_pass], axis=-1)
+
+    def final_hidden(self, tokens, positions, bias, probs_out=None):
+        t = len(tokens)
+        h = self.w["gpt_neox.embed_in.weight"][np.asarray(tokens)]
+        for i in range(self.layers):
+            p = f"gpt_neox.layers.{i}."
+            x = self.ln(h, p + "input_layernorm")
+            # qkv.view(..., heads, 3 * head_size): q | k | v within each head.
+            fused = self.linear(x, p + "attention.query_key_value").reshape(t, self.nh, 3, self.hd)
+            q = self.rope(fused[:, :, 0], positions)
+            k = self.rope(fused[:, :, 1], positions)
+            attn, probs = attend_with_bias(q, k, fused[:, :, 2], bias[None])
+            if probs_out is not None:
+                probs_out.append(probs)
+            attn = self.linear(attn, p + "attention.dense")
+            if self.parallel:  # x + attn(ln1(x)) + mlp(ln2(x))
+                mlp_in = self.ln(h, p + "post_attention_layernorm")
+                h = h + attn + self.mlp(mlp_in, p)
+            else:
+                h = h + attn
+                h = h + self.mlp(self.ln(h, p + "post_attention_layernorm"), p)
+        return self.ln(h, "gpt_neox.final_layer_norm")
+
+    def mlp(self, x, p):
+        return self.linear(self.gelu(self.linear(x, p + "mlp.dense_h_to_4h")),
+                           p + "mlp.dense_4h_to_h")
+
+    def forward(self, tokens, positions, return_probs=False):
+        probs = []
+        h = self.final_hidden(tokens, positions, causal_bias(len(tokens)), probs)
+        logits = h @ self.lm_head.T
+        return (logits, probs) if return_probs else logits
+
+
 def load_model(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
@@ -383,10 +491,14 @@ def load_model(model_dir):
     model_type = config["model_type"]
     if model_type in ("llama", "mistral", "qwen2"):
         return LlamaModel(config, tensors)
+    if model_type == "phi3":
+        return Phi3Model(config, tensors)
     if model_type == "gpt2":
         return Gpt2Model(config, tensors)
     if model_type == "bloom":
         return BloomModel(config, tensors)
     if model_type == "opt":
         return OptModel(config, tensors)
+    if model_type == "gpt_neox":
+        return GptNeoxModel(config, tensors)
     raise NotImplementedError(model_type)

@@ -52,12 +52,15 @@ absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("tiny model spec: ", what));
 }
 
-bool IsLlamaFamily(const std::string& f) { return f == "llama" || f == "mistral" || f == "qwen2"; }
+bool IsLlamaFamily(const std::string& f) {
+  return f == "llama" || f == "mistral" || f == "qwen2" || f == "phi3";
+}
 
 absl::Status ValidateSpec(const TinyModelSpec& s) {
-  if (!IsLlamaFamily(s.family) && s.family != "gpt2" && s.family != "bloom" && s.family != "opt") {
+  if (!IsLlamaFamily(s.family) && s.family != "gpt2" && s.family != "bloom" && s.family != "opt" &&
+      s.family != "gpt_neox") {
     return Bad(absl::StrCat("unknown family \"", s.family,
-                            "\" (gpt2, llama, mistral, qwen2, bloom, opt)"));
+                            "\" (gpt2, llama, mistral, qwen2, phi3, bloom, opt, gpt_neox)"));
   }
   if (!s.pre_norm && s.family != "opt") return Bad("only opt has post-LN (pre_norm false) models");
   absl::Status sizes =
@@ -83,12 +86,18 @@ absl::Status ValidateSpec(const TinyModelSpec& s) {
     if (s.intermediate_size != 4 * s.hidden_size)
       return Bad("bloom needs intermediate_size 4*hidden");
     if (!s.attention_bias) return Bad("bloom always has attention biases");
+  } else if (s.family == "gpt_neox") {
+    if (s.num_kv_heads != s.num_heads) return Bad("gpt_neox needs num_kv_heads == num_heads");
+    if ((s.hidden_size / s.num_heads) % 8 != 0) {
+      return Bad("gpt_neox needs head_dim a multiple of 8 (rotary_pct 0.25, in pairs)");
+    }
   } else {
     if ((s.hidden_size / s.num_heads) % 2 != 0) return Bad("head_dim must be even for RoPE");
     if (!(s.rope_theta > 0)) return Bad("rope_theta must be positive");
   }
   if (s.family == "qwen2" && !s.attention_bias) return Bad("qwen2 always has q/k/v biases");
   if (s.family == "mistral" && s.attention_bias) return Bad("mistral has no attention biases");
+  if (s.family == "phi3" && s.attention_bias) return Bad("phi3 has no attention biases");
   if (s.shards < 1 || s.shards > 64) return Bad("shards must be in [1, 64]");
   return absl::OkStatus();
 }
@@ -211,8 +220,20 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
     c.rope_theta = 0;
     c.bos_token_id = 1;  // BLOOM's tokenizer: <s> 1, </s> 2
     c.eos_token_id = 2;
+  } else if (spec.family == "gpt_neox") {
+    // Pythia's settings: a quarter of each head rotary, parallel residual, untied embed_out.
+    c.architecture = Architecture::kGptNeox;
+    c.norm_eps = 1e-5f;
+    c.hidden_act = "gelu";
+    c.rope_theta = spec.rope_theta;
+    c.rotary_dims = c.head_dim / 4;
+    c.parallel_residual = true;
+    c.attention_bias = c.attention_out_bias = spec.attention_bias;
+    c.mlp_bias = true;
+    c.bos_token_id = 0;  // Pythia's tokenizer: <|endoftext|> 0 is both
+    c.eos_token_id = 0;
   } else {
-    c.architecture = Architecture::kLlama;
+    c.architecture = spec.family == "phi3" ? Architecture::kPhi3 : Architecture::kLlama;
     c.norm_eps = 1e-5f;
     c.hidden_act = "silu";
     c.rope_theta = spec.rope_theta;

@@ -20,7 +20,8 @@
 namespace manyshot {
 
 struct TinyModelSpec {
-  std::string family;  // "gpt2", "llama", "mistral", "qwen2", "bloom", "opt"
+  std::string family;  // "gpt2", "llama", "mistral", "qwen2", "bloom", "opt", "gpt_neox",
+                       // "phi3"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

@@ -3,6 +3,7 @@
 // docs/models.md lists these checkpoints; keep the two in step.
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model/model_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -120,8 +121,7 @@ TEST(PublishedConfigTest, Mistral7Bv03) {
   EXPECT_EQ(c->head_dim, 128);
 }
 
-// Families not served yet: refused naming the model_type.
-TEST(PublishedConfigTest, PythiaIsRefusedNamingItsFamily) {
+TEST(PublishedConfigTest, Pythia70m) {
   auto c = Parse(R"({"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0,
     "eos_token_id": 0, "hidden_act": "gelu", "hidden_size": 512, "initializer_range": 0.02,
     "intermediate_size": 2048, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
@@ -129,9 +129,61 @@ TEST(PublishedConfigTest, PythiaIsRefusedNamingItsFamily) {
     "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": false,
     "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": true,
     "use_parallel_residual": true, "vocab_size": 50304})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kGptNeox);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->rotary_dims, 16);  // int(64 * 0.25)
+  EXPECT_TRUE(c->parallel_residual);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->bos_token_id, 0);
+}
+
+// Phi-3-mini-4k: fused projections, and a 2047 window over 4096 positions.
+TEST(PublishedConfigTest, Phi3Mini4k) {
+  auto c = Parse(R"({"architectures": ["Phi3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000,
+    "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.40.2",
+    "use_cache": true, "vocab_size": 32064})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kPhi3);
+  EXPECT_EQ(c->head_dim, 96);
+  EXPECT_EQ(c->sliding_window, 2047);
+  EXPECT_EQ(ContextLength(*c), 2047);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->eos_token_id, 32000);
+}
+
+// Phi-3's long-context "su" / "longrope" scaling is not implemented: refused naming the type.
+TEST(PublishedConfigTest, Phi3LongRopeIsRefusedNamingIt) {
+  for (const char* type : {"su", "longrope"}) {
+    auto c = Parse(absl::StrCat(R"({"model_type": "phi3", "hidden_act": "silu",
+      "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 131072,
+      "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+      "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"long_factor": [1.0], "short_factor": [1.0], "type": ")",
+                                type, R"("}, "rope_theta": 10000.0, "vocab_size": 32064})"));
+    ASSERT_FALSE(c.ok()) << type;
+    EXPECT_THAT(c.status().message(), HasSubstr(absl::StrCat("\"", type, "\""))) << type;
+  }
+}
+
+// Not served yet: refused naming the model_type.
+TEST(PublishedConfigTest, Gemma2IsRefusedNamingItsFamily) {
+  auto c = Parse(R"({"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_size": 2304, "intermediate_size": 9216, "max_position_embeddings": 8192,
+    "model_type": "gemma2", "num_attention_heads": 8, "num_hidden_layers": 26,
+    "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0, "sliding_window": 4096, "vocab_size": 256000})");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(c.status().message(), HasSubstr("unsupported value \"gpt_neox\""));
+  EXPECT_THAT(c.status().message(), HasSubstr("unsupported value \"gemma2\""));
 }
 
 }  // namespace

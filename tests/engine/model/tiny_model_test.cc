@@ -48,9 +48,9 @@ TinyModelSpec SpecFromGolden(const std::string& name) {
   return s;
 }
 
-const char* const kGoldenModels[] = {"gpt2",         "llama", "llama_gqa_tied",
-                                     "mistral",      "qwen2", "bloom",
-                                     "bloom_heads6", "opt",   "opt_post_ln"};
+const char* const kGoldenModels[] = {
+    "gpt2",         "llama", "llama_gqa_tied", "mistral", "qwen2",  "bloom",
+    "bloom_heads6", "opt",   "opt_post_ln",    "phi3",    "pythia", "gpt_neox_sequential"};
 
 class TinyModelGoldenSpecTest : public ::testing::TestWithParam<const char*> {};
 
@@ -73,7 +73,11 @@ TEST_P(TinyModelGoldenSpecTest, WritesAModelTheReadersAccept) {
   EXPECT_EQ(config->attention_bias, spec.attention_bias);
   const bool rotary = TraitsOf(config->architecture).position == PositionKind::kRotary;
   EXPECT_EQ(config->rope_theta, rotary ? spec.rope_theta : 0.0f);
-  EXPECT_EQ(config->bos_token_id, spec.family == "gpt2" ? 50256 : spec.family == "opt" ? 2 : 1);
+  const int64_t bos = spec.family == "gpt2"       ? 50256
+                      : spec.family == "opt"      ? 2
+                      : spec.family == "gpt_neox" ? 0
+                                                  : 1;
+  EXPECT_EQ(config->bos_token_id, bos);
   EXPECT_EQ(config->pre_norm, spec.pre_norm);
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "generation_config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "manyshot_tiny_model.json"));
@@ -121,7 +125,8 @@ TEST(TinyModelTest, GoldenModelFingerprintsArePinned) {
       {"llama_gqa_tied", "01795138c9990707"}, {"mistral", "91b81b44a8771c01"},
       {"qwen2", "cbc4aa834906230e"},          {"bloom", "f04446e7631a7813"},
       {"bloom_heads6", "7419abcbe9c2b874"},   {"opt", "ac9ce1eb55ae44de"},
-      {"opt_post_ln", "ec6b0b58f6254e06"},
+      {"opt_post_ln", "ec6b0b58f6254e06"},    {"phi3", "6ca96d200a8ebcb8"},
+      {"pythia", "b1eeb87342fb8679"},         {"gpt_neox_sequential", "92bc5e548f543f0a"},
   };
   for (const auto& [name, fingerprint] : pinned) {
     TempDir dir;

@@ -21,15 +21,15 @@ DType ParseDType(const std::string& s) {
   return DType::kF32;
 }
 
-// Sets config.json's rope_scaling as a checkpoint's would (the weights do not depend on it; as
-// tools/reference/make_goldens.py does).
-void AddRopeScaling(const std::filesystem::path& config_json, const nlohmann::json& rope_scaling) {
+// Sets config.json keys as a checkpoint's would: rope_scaling, and the spec's "config" keys (the
+// weights do not depend on them; as tools/reference/make_goldens.py does).
+void SetConfigKeys(const std::filesystem::path& config_json, const nlohmann::json& keys) {
   nlohmann::ordered_json config;
   {
     std::ifstream in(config_json);
     config = nlohmann::ordered_json::parse(in);
   }
-  config["rope_scaling"] = rope_scaling;
+  for (const auto& [key, value] : keys.items()) config[key] = value;
   std::ofstream(config_json) << config.dump(2) << "\n";
 }
 
@@ -77,7 +77,10 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
     std::filesystem::create_directories(empty);
     auto status = WriteTinyModel(spec, empty, dir);
     EXPECT_TRUE(status.ok()) << status;
-    if (m.contains("rope_scaling")) AddRopeScaling(dir / "config.json", m["rope_scaling"]);
+    if (m.contains("rope_scaling")) {
+      SetConfigKeys(dir / "config.json", {{"rope_scaling", m["rope_scaling"]}});
+    }
+    if (m.contains("config")) SetConfigKeys(dir / "config.json", m["config"]);
   }
   return dir;
 }

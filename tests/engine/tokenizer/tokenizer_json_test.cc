@@ -106,6 +106,46 @@ TEST(TokenizerJsonTest, Gpt2WithLlama3SplitAndPairMerges) {
   }
 }
 
+// GPT-NeoX / Pythia's tokenizer.json layout: NFC, then a plain ByteLevel pre-tokenizer (no
+// use_regex key: the GPT-2 regex), ByteLevel post-processor and decoder, and non-special added
+// tokens for runs of spaces. GPT-2's vocabulary stands in for GPT-NeoX's (not shipped here).
+TEST(TokenizerJsonTest, GptNeoxLayout) {
+  json j = LoadJson(Gpt2TokenizerJsonDir() / "tokenizer.json");
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}};
+  j["normalizer"] = {{"type", "NFC"}};
+  j["pre_tokenizer"] = byte_level;
+  j["post_processor"] = byte_level;
+  j["decoder"] = byte_level;
+  const int32_t spaces_id = static_cast<int32_t>(j["model"]["vocab"].size());
+  j["added_tokens"].push_back({{"id", spaces_id},
+                               {"content", "    "},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", true},
+                               {"special", false}});
+  auto tok = LoadTokenizer(WriteTokenizerJson("gpt_neox_like", j));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const Tokenizer& gpt2 = Cached(Gpt2Dir());
+  // The run of four spaces is one added token; the text around it is GPT-2's.
+  auto ids = (*tok)->Encode("if x:\n    return");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  const auto before = gpt2.Encode("if x:\n");
+  const auto after = gpt2.Encode("return");
+  ASSERT_TRUE(before.ok() && after.ok());
+  std::vector<int32_t> expected = *before;
+  expected.push_back(spaces_id);
+  expected.insert(expected.end(), after->begin(), after->end());
+  EXPECT_EQ(*ids, expected);
+  EXPECT_EQ(*(*tok)->Decode(*ids), "if x:\n    return");
+  for (const std::string& line : ReadLines(SentencesFile())) {
+    auto line_ids = (*tok)->Encode(line);
+    ASSERT_TRUE(line_ids.ok());
+    ASSERT_EQ(*(*tok)->Decode(*line_ids), NormalizeNfc(line));
+  }
+}
+
 TEST(TokenizerJsonTest, LegacyMetaspaceFormMatchesNormalizerForm) {
   json j = LoadJson(LlamaTokenizerJsonDir() / "tokenizer.json");
   const json metaspace = {{"type", "Metaspace"},
