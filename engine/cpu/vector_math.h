@@ -45,10 +45,24 @@ inline float GeluTanh(float x) {
   return 0.5f * x * (1.0f + Tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
+// erf(x) by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7 before float rounding), where libm's
+// erff is a scalar call.
+inline float Erf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float y = 1.0f - p * t * Exp(-a * a);
+  return x < 0.0f ? -y : y;
+}
+
 // GPT-NeoX's "gelu" (torch's default GELU): 0.5 x (1 + erf(x / sqrt(2))).
 inline float GeluErf(float x) {
   const float kInvSqrt2 = 0.7071067811865476f;
-  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+  return 0.5f * x * (1.0f + Erf(x * kInvSqrt2));
 }
 
 inline float Silu(float x) { return x / (1.0f + Exp(-x)); }

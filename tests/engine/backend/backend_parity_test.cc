@@ -255,6 +255,12 @@ TEST_P(BackendParityTest, RopeAndActivations) {
   cpu().GeluTanh(gc);
   ExpectClose(gb, gc, "gelu_tanh");
 
+  // GPT-NeoX's erf GELU: the CPU's vectorised erf against the device's erff.
+  Tensor eb = Upload(b(), gu, dt(), {T, 2 * I}), ec = Upload(cpu(), gu, DType::kF32, {T, 2 * I});
+  b().GeluErf(eb);
+  cpu().GeluErf(ec);
+  ExpectClose(eb, ec, "gelu_erf");
+
   const auto y = Values(T * 2 * I);
   b().Add(gb, Upload(b(), y, dt(), {T, 2 * I}));
   cpu().Add(gc, Upload(cpu(), y, DType::kF32, {T, 2 * I}));
