@@ -13,13 +13,14 @@ TinyModelSpec SmallDecoderSpec(const std::string& family) {
   spec.family = family;
   spec.vocab_size = 50257;
   spec.hidden_size = 768;
-  spec.intermediate_size = family == "llama" ? 2048 : 3072;
+  const bool gated = family == "llama" || family == "phi3";
+  spec.intermediate_size = gated ? 2048 : 3072;
   spec.num_layers = 12;
   spec.num_heads = 12;
   spec.num_kv_heads = 12;
   spec.max_position_embeddings = family == "gpt2" ? 1024 : 2048;
   spec.tie_word_embeddings = true;
-  spec.attention_bias = family != "llama";
+  spec.attention_bias = !gated;
   spec.seed = 7;
   return spec;
 }

@@ -13,8 +13,9 @@
 
 namespace manyshot::bench {
 
-// gpt2, llama, bloom or opt at the GPT-2-small shape. The MLP is 3072 wide (llama: a SwiGLU of
-// 2048, about the same FLOPs); llama keeps the 12 heads as kv heads (no GQA) and ties its head.
+// gpt2, llama, phi3, bloom, opt or gpt_neox at the GPT-2-small shape. The MLP is 3072 wide (llama
+// and phi3: a SwiGLU of 2048, about the same FLOPs); they keep the 12 heads as kv heads (no GQA),
+// and every family ties its head.
 TinyModelSpec SmallDecoderSpec(const std::string& family);
 
 // Writes SmallDecoderSpec(family) into `dir` unless it is there; exits on failure.
