@@ -20,6 +20,8 @@ build=(
   golang-github-gogo-googleapis-dev
   # cairo: the PNG plot of `manyshot eval --plot`; utf8proc: eval's Latin-1 dataset lines
   libcairo2-dev libutf8proc-dev
+  # Google Highway: the CPU kernels for every instruction set, chosen at run time
+  libhwy-dev
   # scripts/demo.sh (the README's command (1)) reads the server's /metrics with it
   curl
 )
@@ -36,6 +38,8 @@ runtime=(
   libcairo2 fonts-dejavu-core
   # `manyshot eval` reads its datasets' Latin-1 lines with it
   libutf8proc2
+  # the CPU kernels' run-time dispatch (Google Highway)
+  libhwy1
 )
 test=(
   clang-format libgtest-dev libgmock-dev

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_gemv.h"
+#include "engine/cpu/cpu_target.h"
 #include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
@@ -62,10 +63,13 @@ std::string BlasKernelName() {
 CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<ThreadPool>(ResolveThreads(threads))) {
   // Our pool partitions every GEMM; OpenBLAS must not start threads of its own.
   openblas_set_num_threads(1);
+  // MANYSHOT_CPU_TARGET before the first kernel runs (an unusable value is reported on stderr).
+  ApplyCpuTargetFromEnvironment().IgnoreError();
 }
 
 std::string CpuBackend::description() const {
-  return absl::StrCat("host CPU, ", pool_->size(), " threads, OpenBLAS ", BlasKernelName());
+  return absl::StrCat("host CPU, ", pool_->size(), " threads, kernels ", CpuTargetName(),
+                      ", OpenBLAS ", BlasKernelName());
 }
 
 absl::StatusOr<Tensor> CpuBackend::AllocateImpl(DType dtype, std::vector<int64_t> shape) {

@@ -5,16 +5,35 @@
 #include <limits>
 
 #include "engine/core/dtype.h"
-#include "engine/cpu/simd512.h"
 
-namespace manyshot::cpu_internal {
+// Compiled once per instruction set (hwy/foreach_target.h); the entry points dispatch at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "engine/cpu/cpu_context_kernel.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// After foreach_target.h: included once per target.
+#include "engine/cpu/simd-inl.h"
+#include "hwy/highway.h"
 
-#if MANYSHOT_AVX512
-MANYSHOT_AVX512_BEGIN
+HWY_BEFORE_NAMESPACE();
+MANYSHOT_SIMD_BEGIN
+namespace manyshot::cpu_internal::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using simd::HWY_NAMESPACE::DF;
+using simd::HWY_NAMESPACE::Exp;
+using simd::HWY_NAMESPACE::kLanes;
+using simd::HWY_NAMESPACE::kRegisters;
+using simd::HWY_NAMESPACE::LoadBF16;
+using simd::HWY_NAMESPACE::LoadF16;
+using simd::HWY_NAMESPACE::LoadF32;
+using simd::HWY_NAMESPACE::PrefetchL2;
+using simd::HWY_NAMESPACE::VF;
 
 namespace {
 
-constexpr int64_t kRows = 32;   // query rows per block: two vectors of scores per key
+constexpr int64_t kRows = 2 * kLanes;  // query rows per block: two vectors of scores per key
+// Keys whose logits one step of KeyLogits computes: 2 accumulators each, beside the two query
+// vectors and a broadcast key value, within the target's registers.
+constexpr int kKeyBlock = std::min(8, (kRegisters - 3) / 2);
 constexpr int64_t kKeys = 128;  // keys per tile: K and V tiles of 128 x 128 f32 stay in L2
 // Keys per tile of the split-keys path, every kv head: 64 keys x 12 heads x 64 dims x 4 bytes,
 // K and V, is 384 KB (GPT-2), which stays in L2.
@@ -27,17 +46,17 @@ inline void WidenRow(const Tensor& src, int64_t offset, int64_t dim, float* dst)
   switch (src.dtype()) {
     case DType::kF32: {  // inline: a memcpy call per row led a batch-1 query profile
       const float* p = src.data<float>() + offset;
-      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(dst + d, _mm512_loadu_ps(p + d));
+      for (int64_t d = 0; d < dim; d += kLanes) hn::StoreU(LoadF32(p + d), DF(), dst + d);
       break;
     }
     case DType::kBF16: {
       const uint16_t* p = src.data<uint16_t>() + offset;
-      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(dst + d, simd512::LoadBF16(p + d));
+      for (int64_t d = 0; d < dim; d += kLanes) hn::StoreU(LoadBF16(p + d), DF(), dst + d);
       break;
     }
     default: {  // f16 (the fronts admit float K/V only)
       const uint16_t* p = src.data<uint16_t>() + offset;
-      for (int64_t d = 0; d < dim; d += 16) _mm512_storeu_ps(dst + d, simd512::LoadF16(p + d));
+      for (int64_t d = 0; d < dim; d += kLanes) hn::StoreU(LoadF16(p + d), DF(), dst + d);
       break;
     }
   }
@@ -62,36 +81,37 @@ inline void PrefetchKeys(const Tensor& t, int64_t kv_head, int64_t j, int64_t n,
   const char* base = static_cast<const char*>(t.raw());
   for (; j < end; ++j) {
     const char* row = base + ((j * kv_heads + kv_head) * dim) * elem;
-    for (int64_t b = 0; b < dim * elem; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+    for (int64_t b = 0; b < dim * elem; b += 64) PrefetchL2(row + b);
   }
 }
 
 // acc[key][h] = the logits of KB keys (k rows of dim values, k_ld apart) against a transposed,
-// pre-scaled query block q_t [dim, 32]: rows 16 h .. 16 h + 15 for the block's RV vectors of rows
-// (a block of at most 16 rows is one vector: the second would be all padding).
+// pre-scaled query block q_t [dim, kRows]: rows kLanes h .. kLanes (h + 1) - 1 for the block's RV
+// vectors of rows (a block of at most kLanes rows is one vector: the second would be all padding).
 template <int KB, int RV>
 inline void KeyLogits(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
-                      __m512 (&acc)[KB][RV]) {
+                      VF (&acc)[KB][RV]) {
+  const DF df;
   for (int kb = 0; kb < KB; ++kb) {
-    for (int h = 0; h < RV; ++h) acc[kb][h] = _mm512_setzero_ps();
+    for (int h = 0; h < RV; ++h) acc[kb][h] = hn::Zero(df);
   }
   for (int64_t d = 0; d < dim; ++d) {
-    __m512 q[RV];
-    for (int h = 0; h < RV; ++h) q[h] = _mm512_loadu_ps(q_t + d * kRows + 16 * h);
+    VF q[RV];
+    for (int h = 0; h < RV; ++h) q[h] = LoadF32(q_t + d * kRows + kLanes * h);
     for (int kb = 0; kb < KB; ++kb) {
-      const __m512 kd = _mm512_set1_ps(k[kb * k_ld + d]);
-      for (int h = 0; h < RV; ++h) acc[kb][h] = _mm512_fmadd_ps(kd, q[h], acc[kb][h]);
+      const VF kd = hn::Set(df, k[kb * k_ld + d]);
+      for (int h = 0; h < RV; ++h) acc[kb][h] = hn::MulAdd(kd, q[h], acc[kb][h]);
     }
   }
 }
 
-// scores[key, 0..16 RV) for KB keys: the logits as they are.
+// scores[key, 0..kLanes RV) for KB keys: the logits as they are.
 template <int KB, int RV>
 inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_t, float* scores) {
-  __m512 acc[KB][RV];
+  VF acc[KB][RV];
   KeyLogits<KB, RV>(k, k_ld, dim, q_t, acc);
   for (int kb = 0; kb < KB; ++kb) {
-    for (int h = 0; h < RV; ++h) _mm512_storeu_ps(scores + kb * kRows + 16 * h, acc[kb][h]);
+    for (int h = 0; h < RV; ++h) hn::StoreU(acc[kb][h], DF(), scores + kb * kRows + kLanes * h);
   }
 }
 
@@ -100,101 +120,127 @@ inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_
 // partial sum (at most e^8 per key) far from f32 overflow and its rounding relative.
 constexpr float kMaxSlack = 8.0f;
 
-// scores[key, 0..16 RV) = exp(logit - max) for KB keys, added to sum, when no logit exceeds its
-// row's limit (max + kMaxSlack); otherwise returns false having written nothing that counts (the
-// caller redoes the tile with a raised maximum). Keeps the max pass and a store and reload of
-// every logit out of the common case, where the running maximum is already (nearly) the maximum.
+// scores[key, 0..kLanes RV) = exp(logit - max) for KB keys, added to sum, when no logit exceeds
+// its row's limit (max + kMaxSlack); otherwise returns false having written nothing that counts
+// (the caller redoes the tile with a raised maximum). Keeps the max pass and a store and reload
+// of every logit out of the common case, where the running maximum is already (nearly) the
+// maximum.
 template <int KB, int RV>
 inline bool ScoreKeysExp(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
-                         const __m512 (&max)[RV], const __m512 (&limit)[RV], float* scores,
-                         __m512 (&sum)[RV]) {
-  __m512 acc[KB][RV];
+                         const VF (&max)[RV], const VF (&limit)[RV], float* scores, VF (&sum)[RV]) {
+  VF acc[KB][RV];
   KeyLogits<KB, RV>(k, k_ld, dim, q_t, acc);
-  __mmask16 over = 0;
+  auto over = hn::Gt(acc[0][0], limit[0]);
   for (int kb = 0; kb < KB; ++kb) {
-    for (int h = 0; h < RV; ++h) over |= _mm512_cmp_ps_mask(acc[kb][h], limit[h], _CMP_GT_OQ);
+    for (int h = 0; h < RV; ++h) over = hn::Or(over, hn::Gt(acc[kb][h], limit[h]));
   }
-  if (over != 0) return false;
+  if (!hn::AllFalse(DF(), over)) return false;
   for (int kb = 0; kb < KB; ++kb) {
     for (int h = 0; h < RV; ++h) {
-      const __m512 e = simd512::Exp(_mm512_sub_ps(acc[kb][h], max[h]));
-      _mm512_storeu_ps(scores + kb * kRows + 16 * h, e);
-      sum[h] = _mm512_add_ps(sum[h], e);
+      const VF e = Exp(hn::Sub(acc[kb][h], max[h]));
+      hn::StoreU(e, DF(), scores + kb * kRows + kLanes * h);
+      sum[h] = hn::Add(sum[h], e);
     }
   }
   return true;
 }
 
-// o[rp, :] += sum over the tile's keys j of p[j, rp] * v[j, :] for RP rows (o rows dim apart, v
-// rows v_ld apart; p holds the block's probabilities key-major, row stride kRows, offset to the
-// first row).
-template <int RP, int DV>
-inline void AccumulateValues(const float* p, int64_t count, const float* v, int64_t v_ld,
-                             float* o) {
-  constexpr int64_t dim = 16 * DV;
-  __m512 acc[RP][DV];
+// o[rp, c0 .. c0 + kLanes DC) += sum over the tile's keys j of p[j, rp] * v[j, same columns] for
+// RP rows (o rows o_ld apart, v rows v_ld apart, both already offset to column c0; p holds the
+// block's probabilities key-major, row stride kRows, offset to the first row).
+template <int RP, int DC>
+inline void AccumulateValues(const float* p, int64_t count, const float* v, int64_t v_ld, float* o,
+                             int64_t o_ld) {
+  const DF df;
+  VF acc[RP][DC];
   for (int rp = 0; rp < RP; ++rp) {
-    for (int dv = 0; dv < DV; ++dv) acc[rp][dv] = _mm512_loadu_ps(o + rp * dim + 16 * dv);
+    for (int dc = 0; dc < DC; ++dc) acc[rp][dc] = LoadF32(o + rp * o_ld + kLanes * dc);
   }
   for (int64_t j = 0; j < count; ++j) {
-    __m512 vv[DV];
-    for (int dv = 0; dv < DV; ++dv) vv[dv] = _mm512_loadu_ps(v + j * v_ld + 16 * dv);
+    VF vv[DC];
+    for (int dc = 0; dc < DC; ++dc) vv[dc] = LoadF32(v + j * v_ld + kLanes * dc);
     for (int rp = 0; rp < RP; ++rp) {
-      const __m512 pj = _mm512_set1_ps(p[j * kRows + rp]);
-      for (int dv = 0; dv < DV; ++dv) acc[rp][dv] = _mm512_fmadd_ps(pj, vv[dv], acc[rp][dv]);
+      const VF pj = hn::Set(df, p[j * kRows + rp]);
+      for (int dc = 0; dc < DC; ++dc) acc[rp][dc] = hn::MulAdd(pj, vv[dc], acc[rp][dc]);
     }
   }
   for (int rp = 0; rp < RP; ++rp) {
-    for (int dv = 0; dv < DV; ++dv) _mm512_storeu_ps(o + rp * dim + 16 * dv, acc[rp][dv]);
+    for (int dc = 0; dc < DC; ++dc) hn::StoreU(acc[rp][dc], df, o + rp * o_ld + kLanes * dc);
   }
 }
+
+// Rows per AccumulateValues pass for DC vectors of columns: RP x DC accumulators, DC value
+// vectors and a broadcast within the registers; at most 6.
+template <int DC>
+constexpr int kPassRows = std::min(6, (kRegisters - 1 - DC) / DC);
 
 // P·V for 0 <= rows < RP rows in one pass (the remainder of a block after its RP-row passes).
-template <int DV, int RP, int R = 1>
+template <int DC, int RP, int R = 1>
 void AccumulateRemainder(const float* p, int64_t count, const float* v, int64_t v_ld, float* o,
-                         int64_t rows) {
+                         int64_t o_ld, int64_t rows) {
   if (rows <= 0) return;
   if constexpr (R + 1 < RP) {
-    if (rows > R) return AccumulateRemainder<DV, RP, R + 1>(p, count, v, v_ld, o, rows);
+    if (rows > R) return AccumulateRemainder<DC, RP, R + 1>(p, count, v, v_ld, o, o_ld, rows);
   }
-  AccumulateValues<R, DV>(p, count, v, v_ld, o);
+  AccumulateValues<R, DC>(p, count, v, v_ld, o, o_ld);
 }
 
-// P·V for the first `rows` rows of a block: as many rows at once as the registers hold
-// (RP x DV accumulators plus DV value vectors within the 32 vector registers).
-template <int DV>
-void AccumulateBlock(const float* p, int64_t count, const float* v, int64_t v_ld, float* o,
-                     int64_t rows) {
-  constexpr int RP = DV <= 4 ? 6 : (DV <= 6 ? 4 : 2);
+// P·V for the first `rows` rows of a block, DC vectors of columns: as many rows at once as the
+// registers hold.
+template <int DC>
+void AccumulateColumns(const float* p, int64_t count, const float* v, int64_t v_ld, float* o,
+                       int64_t o_ld, int64_t rows) {
+  constexpr int RP = kPassRows<DC>;
   int64_t r = 0;
-  for (; r + RP <= rows; r += RP) {
-    AccumulateValues<RP, DV>(p + r, count, v, v_ld, o + r * 16 * DV);
-  }
-  // The remaining rows in one pass, not one pass per row: one row's DV accumulators are DV chains
+  for (; r + RP <= rows; r += RP)
+    AccumulateValues<RP, DC>(p + r, count, v, v_ld, o + r * o_ld, o_ld);
+  // The remaining rows in one pass, not one pass per row: one row's DC accumulators are DC chains
   // of dependent FMAs, one FMA per key each, and every pass re-reads the V tile (one row at a
   // time, AccumulateValues<1, 4> was 8.5% of a profile of batch-1 queries of 26 rows).
-  AccumulateRemainder<DV, RP>(p + r, count, v, v_ld, o + r * 16 * DV, rows - r);
+  AccumulateRemainder<DC, RP>(p + r, count, v, v_ld, o + r * o_ld, o_ld, rows - r);
 }
 
+// Widest column slice (in vectors) one pass keeps in registers: AVX-512 holds a 128-wide head's
+// 8 vectors for two rows at once; with 16 registers, slices of 4 vectors leave room for 2 rows.
+constexpr int kMaxColumnVectors = kRegisters >= 32 ? 8 : 4;
+
+// P·V over all dim columns (rows dim apart), in slices of at most kMaxColumnVectors vectors.
 void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const float* v, int64_t v_ld,
                            float* o, int64_t rows) {
-  switch (dim / 16) {
-    case 1:
-      return AccumulateBlock<1>(p, count, v, v_ld, o, rows);
-    case 2:
-      return AccumulateBlock<2>(p, count, v, v_ld, o, rows);
-    case 3:
-      return AccumulateBlock<3>(p, count, v, v_ld, o, rows);
-    case 4:
-      return AccumulateBlock<4>(p, count, v, v_ld, o, rows);
-    case 5:
-      return AccumulateBlock<5>(p, count, v, v_ld, o, rows);
-    case 6:
-      return AccumulateBlock<6>(p, count, v, v_ld, o, rows);
-    case 7:
-      return AccumulateBlock<7>(p, count, v, v_ld, o, rows);
-    default:
-      return AccumulateBlock<8>(p, count, v, v_ld, o, rows);
+  for (int64_t c = 0; c < dim; c += kMaxColumnVectors * kLanes) {
+    const int64_t vectors = std::min<int64_t>(kMaxColumnVectors, (dim - c) / kLanes);
+    switch (vectors) {
+      case 1:
+        AccumulateColumns<1>(p, count, v + c, v_ld, o + c, dim, rows);
+        break;
+      case 2:
+        AccumulateColumns<2>(p, count, v + c, v_ld, o + c, dim, rows);
+        break;
+      case 3:
+        AccumulateColumns<3>(p, count, v + c, v_ld, o + c, dim, rows);
+        break;
+      case 4:
+        AccumulateColumns<4>(p, count, v + c, v_ld, o + c, dim, rows);
+        break;
+      default:
+        if constexpr (kMaxColumnVectors > 4) {
+          switch (vectors) {
+            case 5:
+              AccumulateColumns<5>(p, count, v + c, v_ld, o + c, dim, rows);
+              break;
+            case 6:
+              AccumulateColumns<6>(p, count, v + c, v_ld, o + c, dim, rows);
+              break;
+            case 7:
+              AccumulateColumns<7>(p, count, v + c, v_ld, o + c, dim, rows);
+              break;
+            default:
+              AccumulateColumns<8>(p, count, v + c, v_ld, o + c, dim, rows);
+              break;
+          }
+        }
+        break;
+    }
   }
 }
 
@@ -205,38 +251,39 @@ void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* 
                    int64_t rows) {
   // Two keys per step into 2 RV running maxima: one chain per vector of rows would make the pass
   // as long as count dependent max latencies. The max is exact in any order.
-  __m512 tile_max[2][RV];
+  const DF df;
+  VF tile_max[2][RV];
   for (auto& per_key : tile_max) {
-    for (__m512& m : per_key) m = _mm512_set1_ps(kNegInf);
+    for (VF& m : per_key) m = hn::Set(df, kNegInf);
   }
   int64_t key = 0;
   for (; key < count; ++key) {
     for (int h = 0; h < RV; ++h) {
       tile_max[key & 1][h] =
-          _mm512_max_ps(tile_max[key & 1][h], _mm512_loadu_ps(scores + key * kRows + 16 * h));
+          hn::Max(tile_max[key & 1][h], LoadF32(scores + key * kRows + kLanes * h));
     }
   }
-  __m512 new_max[RV], tile_sum[RV];
+  VF new_max[RV], tile_sum[RV];
   alignas(64) float correction[kRows];
   for (int h = 0; h < RV; ++h) {
-    const __m512 old_max = _mm512_loadu_ps(max + 16 * h);
-    new_max[h] = _mm512_max_ps(old_max, _mm512_max_ps(tile_max[0][h], tile_max[1][h]));
+    const VF old_max = LoadF32(max + kLanes * h);
+    new_max[h] = hn::Max(old_max, hn::Max(tile_max[0][h], tile_max[1][h]));
     // First tile: exp(-inf) = 0.
-    _mm512_store_ps(correction + 16 * h, simd512::Exp(_mm512_sub_ps(old_max, new_max[h])));
-    _mm512_storeu_ps(max + 16 * h, new_max[h]);
-    tile_sum[h] = _mm512_setzero_ps();
+    hn::Store(Exp(hn::Sub(old_max, new_max[h])), df, correction + kLanes * h);
+    hn::StoreU(new_max[h], df, max + kLanes * h);
+    tile_sum[h] = hn::Zero(df);
   }
   for (int64_t j = 0; j < count; ++j) {
     for (int h = 0; h < RV; ++h) {
-      float* sj = scores + j * kRows + 16 * h;
-      const __m512 e = simd512::Exp(_mm512_sub_ps(_mm512_loadu_ps(sj), new_max[h]));
-      _mm512_storeu_ps(sj, e);
-      tile_sum[h] = _mm512_add_ps(tile_sum[h], e);
+      float* sj = scores + j * kRows + kLanes * h;
+      const VF e = Exp(hn::Sub(LoadF32(sj), new_max[h]));
+      hn::StoreU(e, df, sj);
+      tile_sum[h] = hn::Add(tile_sum[h], e);
     }
   }
   for (int h = 0; h < RV; ++h) {
-    const __m512 c = _mm512_load_ps(correction + 16 * h);
-    _mm512_storeu_ps(sum + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(sum + 16 * h), c, tile_sum[h]));
+    const VF c = hn::Load(df, correction + kLanes * h);
+    hn::StoreU(hn::MulAdd(LoadF32(sum + kLanes * h), c, tile_sum[h]), df, sum + kLanes * h);
   }
   for (int64_t r = 0; r < rows; ++r) {
     if (correction[r] == 1.0f) continue;
@@ -244,24 +291,25 @@ void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* 
   }
 }
 
-// The scores of a tile's keys for one block of 16 RV rows as exp(logit - the rows' running
+// The scores of a tile's keys for one block of kLanes RV rows as exp(logit - the rows' running
 // maximum), their sum added to `sum`, when no logit exceeds its row's maximum by more than
 // kMaxSlack (the maximum then stays, and the block's output needs no rescaling); false otherwise,
 // with `sum` untouched. The first tile of a block (maximum -inf) always returns false.
-// prefetch(j) runs after the scores of keys [j, j + 8).
+// prefetch(j) runs after the scores of keys [j, j + kKeyBlock).
 template <int RV, typename Prefetch>
 bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float* q_t, int64_t dim,
                        const float* max, float* sum, float* scores, Prefetch&& prefetch) {
-  __m512 m[RV], limit[RV], tile_sum[RV];
+  const DF df;
+  VF m[RV], limit[RV], tile_sum[RV];
   for (int h = 0; h < RV; ++h) {
-    m[h] = _mm512_loadu_ps(max + 16 * h);
-    limit[h] = _mm512_add_ps(m[h], _mm512_set1_ps(kMaxSlack));
-    tile_sum[h] = _mm512_setzero_ps();
+    m[h] = LoadF32(max + kLanes * h);
+    limit[h] = hn::Add(m[h], hn::Set(df, kMaxSlack));
+    tile_sum[h] = hn::Zero(df);
   }
   int64_t j = 0;
-  for (; j + 8 <= count; j += 8) {
-    if (!ScoreKeysExp<8, RV>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows,
-                             tile_sum)) {
+  for (; j + kKeyBlock <= count; j += kKeyBlock) {
+    if (!ScoreKeysExp<kKeyBlock, RV>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows,
+                                     tile_sum)) {
       return false;
     }
     prefetch(j);
@@ -273,12 +321,12 @@ bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float*
     }
   }
   for (int h = 0; h < RV; ++h) {
-    _mm512_storeu_ps(sum + 16 * h, _mm512_add_ps(_mm512_loadu_ps(sum + 16 * h), tile_sum[h]));
+    hn::StoreU(hn::Add(LoadF32(sum + kLanes * h), tile_sum[h]), df, sum + kLanes * h);
   }
   return true;
 }
 
-// One block of 16 RV rows (block_rows of them real) against one tile: ExpScoresUnderMax, or the
+// One block of kLanes RV rows (block_rows of them real) against one tile: ExpScoresUnderMax, or the
 // logits and the online softmax with a raised maximum; then P·V.
 template <int RV, typename Prefetch>
 void FoldBlock(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
@@ -286,8 +334,8 @@ void FoldBlock(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64
                float* mb, float* sb, Prefetch&& prefetch) {
   if (!ExpScoresUnderMax<RV>(k, k_ld, count, qb, dim, mb, sb, scores, prefetch)) {
     int64_t j = 0;
-    for (; j + 8 <= count; j += 8) {
-      ScoreKeys<8, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+    for (; j + kKeyBlock <= count; j += kKeyBlock) {
+      ScoreKeys<kKeyBlock, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
       prefetch(j);
     }
     for (; j < count; ++j) ScoreKeys<1, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
@@ -297,8 +345,8 @@ void FoldBlock(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64
 }
 
 // Folds one tile of count keys (f32 K and V rows of dim values, k_ld and v_ld apart) into the
-// state of every 32-row block of `rows` rows (a last block of at most 16 rows as one vector):
-// prefetch(j) runs after the scores of keys [j, j + 8) of the first block.
+// state of every kRows-row block of `rows` rows (a last block of at most kLanes rows as one
+// vector): prefetch(j) runs after the scores of keys [j, j + kKeyBlock) of the first block.
 template <typename Prefetch>
 void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
               const float* q_t, int64_t rows, int64_t dim, float* scores, float* o, float* max,
@@ -311,7 +359,7 @@ void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_
     float* ob = o + b * kRows * dim;
     float* mb = max + b * kRows;
     float* sb = sum + b * kRows;
-    if (block_rows <= 16) {
+    if (block_rows <= kLanes) {
       if (b == 0) {
         FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, prefetch);
       } else {
@@ -339,8 +387,8 @@ class NextTilePrefetch {
   void operator()(int64_t) {
     const int64_t stop = std::min(end_, at_ + slice_);
     for (; at_ < stop; at_ += 64) {
-      _mm_prefetch(k_ + at_, _MM_HINT_T1);
-      _mm_prefetch(v_ + at_, _MM_HINT_T1);
+      PrefetchL2(k_ + at_);
+      PrefetchL2(v_ + at_);
     }
   }
 
@@ -350,8 +398,8 @@ class NextTilePrefetch {
   int64_t at_ = 0, end_ = 0, slice_ = 0;
 };
 
-// Query rows r = (token, head of the group) of kv head g transposed into 32-row blocks
-// [dim, 32] and scaled (padding rows zero: their scores are computed and ignored).
+// Query rows r = (token, head of the group) of kv head g transposed into kRows-row blocks
+// [dim, kRows] and scaled (padding rows zero: their scores are computed and ignored).
 void TransposeQueries(const float* q, int64_t q_ld, int64_t tokens, int64_t group, int64_t dim,
                       float scale, float* q_t) {
   const int64_t rows = tokens * group;
@@ -364,13 +412,14 @@ void TransposeQueries(const float* q, int64_t q_ld, int64_t tokens, int64_t grou
 
 }  // namespace
 
-bool ContextKernelSupports(int64_t head_dim) {
-  return head_dim >= 16 && head_dim <= 128 && head_dim % 16 == 0;
+bool ContextKernelSupportsImpl(int64_t head_dim) {
+  return HWY_TARGET != HWY_SCALAR && head_dim >= 16 && head_dim <= 128 && head_dim % 16 == 0;
 }
 
-void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t group, const Tensor& k,
-                       const Tensor& v, int64_t kv_head, int64_t len, float scale, float* out,
-                       int64_t out_ld, float* lse, int64_t lse_ld, ContextScratch& scratch) {
+void AttendContextRowsImpl(const float* q, int64_t q_ld, int64_t tokens, int64_t group,
+                           const Tensor& k, const Tensor& v, int64_t kv_head, int64_t len,
+                           float scale, float* out, int64_t out_ld, float* lse, int64_t lse_ld,
+                           ContextScratch& scratch) {
   const int64_t rows = tokens * group;  // row r: token r / group, head r % group of the group
   const int64_t dim = k.dim(2);
   const int64_t blocks = (rows + kRows - 1) / kRows;
@@ -391,8 +440,8 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
     FoldTile(scratch.k_tile.data(), dim, scratch.v_tile.data(), dim, count, scratch.q_t.data(),
              rows, dim, scores, scratch.o.data(), scratch.max.data(), scratch.sum.data(),
              [&](int64_t j) {
-               PrefetchKeys(k, kv_head, j0 + kKeys + j, 8, len);
-               PrefetchKeys(v, kv_head, j0 + kKeys + j, 8, len);
+               PrefetchKeys(k, kv_head, j0 + kKeys + j, kKeyBlock, len);
+               PrefetchKeys(v, kv_head, j0 + kKeys + j, kKeyBlock, len);
              });
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -404,9 +453,9 @@ void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t gro
   }
 }
 
-void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
-                            const Tensor& k, const Tensor& v, int64_t len, float scale, float* out,
-                            float* lse) {
+void AttendContextSplitKeysImpl(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
+                                const Tensor& k, const Tensor& v, int64_t len, float scale,
+                                float* out, float* lse) {
   const int64_t kv_heads = k.dim(1), dim = k.dim(2), group = heads / kv_heads;
   const int64_t rows = tokens * group;  // per kv head
   const int64_t blocks = (rows + kRows - 1) / kRows, padded = blocks * kRows;
@@ -451,7 +500,7 @@ void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, in
       // only add a write and a read per byte); 16-bit K/V are widened one head at a time from
       // L2 into a small f32 tile that stays in L1.
       NextTilePrefetch next(k, v, j0 + count, std::min(end, j0 + count + kSplitKeys),
-                            kv_heads * std::max<int64_t>(1, count / 8));
+                            kv_heads * std::max<int64_t>(1, count / kKeyBlock));
       for (int64_t g = 0; g < kv_heads; ++g) {
         const float* k_rows = t.k.data();
         const float* v_rows = t.v.data();
@@ -491,18 +540,35 @@ void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, in
   }
 }
 
-MANYSHOT_AVX512_END
-#else  // no AVX-512 in this build: callers take the sgemm path
+}  // namespace manyshot::cpu_internal::HWY_NAMESPACE
+MANYSHOT_SIMD_END
+HWY_AFTER_NAMESPACE();
 
-bool ContextKernelSupports(int64_t) { return false; }
+#if HWY_ONCE
+namespace manyshot::cpu_internal {
 
-void AttendContextRows(const float*, int64_t, int64_t, int64_t, const Tensor&, const Tensor&,
-                       int64_t, int64_t, float, float*, int64_t, float*, int64_t, ContextScratch&) {
+HWY_EXPORT(ContextKernelSupportsImpl);
+HWY_EXPORT(AttendContextRowsImpl);
+HWY_EXPORT(AttendContextSplitKeysImpl);
+
+// The scalar target (no SIMD) leaves context attention to the sgemm path.
+bool ContextKernelSupports(int64_t head_dim) {
+  return HWY_DYNAMIC_DISPATCH(ContextKernelSupportsImpl)(head_dim);
 }
 
-void AttendContextSplitKeys(ThreadPool&, const float*, int64_t, int64_t, const Tensor&,
-                            const Tensor&, int64_t, float, float*, float*) {}
+void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t group, const Tensor& k,
+                       const Tensor& v, int64_t kv_head, int64_t len, float scale, float* out,
+                       int64_t out_ld, float* lse, int64_t lse_ld, ContextScratch& scratch) {
+  HWY_DYNAMIC_DISPATCH(AttendContextRowsImpl)
+  (q, q_ld, tokens, group, k, v, kv_head, len, scale, out, out_ld, lse, lse_ld, scratch);
+}
 
-#endif
+void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
+                            const Tensor& k, const Tensor& v, int64_t len, float scale, float* out,
+                            float* lse) {
+  HWY_DYNAMIC_DISPATCH(AttendContextSplitKeysImpl)
+  (pool, q, tokens, heads, k, v, len, scale, out, lse);
+}
 
 }  // namespace manyshot::cpu_internal
+#endif  // HWY_ONCE

@@ -4,10 +4,12 @@
 // tile, K = the head dimension) spends most of its time packing; these kernels read the context
 // in its own layout instead:
 //   Q·Kᵀ: scores[key, row] accumulate k[key, d] (broadcast) times a transposed, pre-scaled query
-//         block qᵀ[d, 32 rows] (two vectors), 8 keys x 32 rows in 16 accumulators;
-//   P·V:  out[row, :] accumulates p[key, row] (broadcast) times v[key, :] (head_dim / 16
-//         vectors), several rows at once;
-// with an online softmax between them, vectorised across the 32 rows. A key tile (any storage
+//         block qᵀ[d, rows] of two vectors of rows (32 with AVX-512, 16 with AVX2), 8 keys (6
+//         with 16 registers) in 16 (12) accumulators;
+//   P·V:  out[row, :] accumulates p[key, row] (broadcast) times v[key, :], several rows and up to
+//         8 (4) vectors of columns at once;
+// with an online softmax between them, vectorised across the rows. Compiled for each instruction
+// set and dispatched at run time (cpu_target.h). A key tile (any storage
 // dtype; 16-bit K/V are loaded as 16 bits and widened once per tile) is reused by every row
 // block of the call while it sits in L2. f32 accumulation throughout.
 #pragma once
@@ -20,8 +22,8 @@
 
 namespace manyshot::cpu_internal {
 
-// Whether AttendContextRows handles this head dimension (multiples of 16 up to 128, on a CPU
-// build with AVX-512); otherwise callers use the sgemm path.
+// Whether AttendContextRows handles this head dimension (multiples of 16 up to 128, on every
+// vector target; not on the scalar one); otherwise callers use the sgemm path.
 bool ContextKernelSupports(int64_t head_dim);
 
 // Per-thread buffers, grown on first use and reused across calls.

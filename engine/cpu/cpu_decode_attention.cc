@@ -6,13 +6,27 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
-#include "engine/cpu/simd512.h"
 #include "engine/cpu/vector_math.h"
 
-namespace manyshot::cpu_internal {
+// Compiled once per instruction set (hwy/foreach_target.h); the entry points dispatch at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "engine/cpu/cpu_decode_attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// After foreach_target.h: included once per target.
+#include "engine/cpu/simd-inl.h"
+#include "hwy/highway.h"
 
-#if MANYSHOT_AVX512
-MANYSHOT_AVX512_BEGIN
+HWY_BEFORE_NAMESPACE();
+MANYSHOT_SIMD_BEGIN
+namespace manyshot::cpu_internal::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using simd::HWY_NAMESPACE::DF;
+using simd::HWY_NAMESPACE::kLanes;
+using simd::HWY_NAMESPACE::LoadBF16;
+using simd::HWY_NAMESPACE::LoadF16;
+using simd::HWY_NAMESPACE::LoadF32;
+using simd::HWY_NAMESPACE::ReduceSum;
+using simd::HWY_NAMESPACE::VF;
 
 namespace {
 
@@ -21,15 +35,15 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Below this many K/V bytes one thread does it all: waking the pool costs more.
 constexpr int64_t kSerialBytes = int64_t{256} << 10;
 
-// 16 stored values at element index i of a K/V tensor of storage dtype kDt, as f32.
+// kLanes stored values at element index i of a K/V tensor of storage dtype kDt, as f32.
 template <DType kDt>
-inline __m512 Load16At(const void* base, int64_t i) {
+inline VF LoadAt(const void* base, int64_t i) {
   if constexpr (kDt == DType::kF32) {
-    return simd512::LoadF32(static_cast<const float*>(base) + i);
+    return LoadF32(static_cast<const float*>(base) + i);
   } else if constexpr (kDt == DType::kBF16) {
-    return simd512::LoadBF16(static_cast<const uint16_t*>(base) + i);
+    return LoadBF16(static_cast<const uint16_t*>(base) + i);
   } else {
-    return simd512::LoadF16(static_cast<const uint16_t*>(base) + i);
+    return LoadF16(static_cast<const uint16_t*>(base) + i);
   }
 }
 
@@ -48,6 +62,7 @@ struct Shape {
 template <DType kDt>
 void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, int64_t j0,
                  int64_t j1, int64_t weighted_from, float log_weight, Partial& part) {
+  const DF d;
   const int64_t H = sh.heads, D = sh.dim;
   part.max.assign(static_cast<size_t>(H), kNegInf);
   part.sum.assign(static_cast<size_t>(H), 0.0f);
@@ -61,11 +76,17 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
       const float extra = t0 + jj >= weighted_from ? log_weight : 0.0f;
       for (int64_t h = 0; h < H; ++h) {
         const int64_t base = row + (h / sh.group) * D;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t c = 0; c < D; c += 16) {
-          acc = _mm512_fmadd_ps(Load16At<kDt>(k, base + c), _mm512_loadu_ps(q + h * D + c), acc);
+        // Two accumulators: with narrower vectors one would be a chain of D / kLanes dependent
+        // FMAs per key and head.
+        VF acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+        int64_t c = 0;
+        for (; c + 2 * kLanes <= D; c += 2 * kLanes) {
+          acc0 = hn::MulAdd(LoadAt<kDt>(k, base + c), LoadF32(q + h * D + c), acc0);
+          acc1 =
+              hn::MulAdd(LoadAt<kDt>(k, base + c + kLanes), LoadF32(q + h * D + c + kLanes), acc1);
         }
-        s[h * kTile + jj] = _mm512_reduce_add_ps(acc) + extra;
+        if (c < D) acc0 = hn::MulAdd(LoadAt<kDt>(k, base + c), LoadF32(q + h * D + c), acc0);
+        s[h * kTile + jj] = ReduceSum(hn::Add(acc0, acc1)) + extra;
       }
     }
     for (int64_t h = 0; h < H; ++h) {
@@ -82,18 +103,17 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
       part.sum[h] = part.sum[h] * correction + tile_sum;
       part.max[h] = new_max;
       if (correction != 1.0f) {
-        for (int64_t d = 0; d < D; ++d) part.o[h * D + d] *= correction;
+        for (int64_t i = 0; i < D; ++i) part.o[h * D + i] *= correction;
       }
     }
     for (int64_t jj = 0; jj < n; ++jj) {
       const int64_t row = (t0 + jj) * sh.row_elems;
       for (int64_t h = 0; h < H; ++h) {
-        const __m512 p = _mm512_set1_ps(s[h * kTile + jj]);
+        const VF p = hn::Set(d, s[h * kTile + jj]);
         const int64_t base = row + (h / sh.group) * D;
         float* o = part.o.data() + h * D;
-        for (int64_t c = 0; c < D; c += 16) {
-          _mm512_storeu_ps(o + c,
-                           _mm512_fmadd_ps(p, Load16At<kDt>(v, base + c), _mm512_loadu_ps(o + c)));
+        for (int64_t c = 0; c < D; c += kLanes) {
+          hn::StoreU(hn::MulAdd(p, LoadAt<kDt>(v, base + c), LoadF32(o + c)), d, o + c);
         }
       }
     }
@@ -102,13 +122,13 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
 
 }  // namespace
 
-bool DecodeKernelSupports(int64_t head_dim) {
-  return head_dim >= 16 && head_dim <= 256 && head_dim % 16 == 0;
+bool DecodeKernelSupportsImpl(int64_t head_dim) {
+  return HWY_TARGET != HWY_SCALAR && head_dim >= 16 && head_dim <= 256 && head_dim % 16 == 0;
 }
 
-void AttendOneToken(ThreadPool& pool, const float* q, int64_t heads, const Tensor& k,
-                    const Tensor& v, int64_t kv_len, int64_t weighted_from, float log_weight,
-                    float scale, float* out, float* lse) {
+void AttendOneTokenImpl(ThreadPool& pool, const float* q, int64_t heads, const Tensor& k,
+                        const Tensor& v, int64_t kv_len, int64_t weighted_from, float log_weight,
+                        float scale, float* out, float* lse) {
   const int64_t kv_heads = k.dim(1), D = k.dim(2);
   const Shape sh{heads, heads / kv_heads, D, kv_heads * D};
   std::vector<float> scaled(static_cast<size_t>(heads * D));
@@ -157,14 +177,27 @@ void AttendOneToken(ThreadPool& pool, const float* q, int64_t heads, const Tenso
   }
 }
 
-MANYSHOT_AVX512_END
-#else  // no AVX-512 in this build: callers take the sgemm path
+}  // namespace manyshot::cpu_internal::HWY_NAMESPACE
+MANYSHOT_SIMD_END
+HWY_AFTER_NAMESPACE();
 
-bool DecodeKernelSupports(int64_t) { return false; }
+#if HWY_ONCE
+namespace manyshot::cpu_internal {
 
-void AttendOneToken(ThreadPool&, const float*, int64_t, const Tensor&, const Tensor&, int64_t,
-                    int64_t, float, float, float*, float*) {}
+HWY_EXPORT(DecodeKernelSupportsImpl);
+HWY_EXPORT(AttendOneTokenImpl);
 
-#endif
+// The scalar target (no SIMD) leaves decode to the sgemm path.
+bool DecodeKernelSupports(int64_t head_dim) {
+  return HWY_DYNAMIC_DISPATCH(DecodeKernelSupportsImpl)(head_dim);
+}
+
+void AttendOneToken(ThreadPool& pool, const float* q, int64_t heads, const Tensor& k,
+                    const Tensor& v, int64_t kv_len, int64_t weighted_from, float log_weight,
+                    float scale, float* out, float* lse) {
+  HWY_DYNAMIC_DISPATCH(AttendOneTokenImpl)
+  (pool, q, heads, k, v, kv_len, weighted_from, log_weight, scale, out, lse);
+}
 
 }  // namespace manyshot::cpu_internal
+#endif  // HWY_ONCE

@@ -13,8 +13,8 @@
 
 namespace manyshot::cpu_internal {
 
-// Whether AttendOneToken handles this head dimension (multiples of 16 up to 256, on a CPU build
-// with AVX-512).
+// Whether AttendOneToken handles this head dimension (multiples of 16 up to 256, on every vector
+// target; not on the scalar one).
 bool DecodeKernelSupports(int64_t head_dim);
 
 // q [heads, head_dim] (one token; heads a multiple of k's kv_heads) against keys [0, kv_len) of

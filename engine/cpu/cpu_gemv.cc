@@ -4,62 +4,81 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
-#include "engine/cpu/simd512.h"
 
-namespace manyshot::cpu_internal {
+// Compiled once per instruction set (hwy/foreach_target.h); Gemv dispatches at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "engine/cpu/cpu_gemv.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// After foreach_target.h: included once per target.
+#include "engine/cpu/simd-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+MANYSHOT_SIMD_BEGIN
+namespace manyshot::cpu_internal::HWY_NAMESPACE {
 namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using simd::HWY_NAMESPACE::DF;
+using simd::HWY_NAMESPACE::DU16Pairs;
+using simd::HWY_NAMESPACE::DU32;
+using simd::HWY_NAMESPACE::kLanes;
+using simd::HWY_NAMESPACE::kRegisters;
+using simd::HWY_NAMESPACE::LoadF32;
+using simd::HWY_NAMESPACE::LoadPartial;
+using simd::HWY_NAMESPACE::ReduceSum;
+using simd::HWY_NAMESPACE::StorePartial;
+using simd::HWY_NAMESPACE::VF;
 
 // Below this many weight bytes one thread does the whole product: waking the pool costs more.
 constexpr int64_t kSerialWeightBytes = int64_t{256} << 10;
 // The shortest range of [out, in] weight rows a thread takes at a time (ThreadPool::
 // ParallelForGuided): a few microseconds of streaming, long enough for the prefetchers.
 constexpr int64_t kMinRangeBytes = int64_t{64} << 10;
+// bf16 weights are read a vector of 32-bit lanes (two bf16 each) at a time: kPair values.
+constexpr int64_t kPair = 2 * kLanes;
 
-inline float WeightAt(const float* w, int64_t i) { return w[i]; }
-inline float WeightAt(const uint16_t* w, int64_t i) { return BF16ToF32(w[i]); }
+// Accumulators per activation row in the [out, in] kernels: four independent FMA chains where the
+// registers hold R rows of them besides the weights (AVX-512's 32 registers always do), else two.
+// Even, so that a bf16 vector pair fills two.
+template <int R>
+constexpr int kAccs = (kRegisters - 2) / R >= 4 ? 4 : 2;
 
-#if MANYSHOT_AVX512
-MANYSHOT_AVX512_BEGIN
-
-using simd512::FirstLanes;
-// 16 weights (or activations) as f32; `n` < 16 loads only the first n.
-inline __m512 Load16(const float* p) { return simd512::LoadF32(p); }
-inline __m512 Load16(const float* p, int64_t n) { return simd512::LoadF32(p, n); }
-inline __m512 Load16(const uint16_t* p) { return simd512::LoadBF16(p); }
-inline __m512 Load16(const uint16_t* p, int64_t n) { return simd512::LoadBF16(p, n); }
+// kLanes values (or the first n, the rest zero) as f32.
+inline VF Load(const float* p, int64_t n) { return n == kLanes ? LoadF32(p) : LoadPartial(p, n); }
 
 // [out, in] weights: out[r, o] for o in [o0, o1). Each weight row is read once, front to back, so
-// the thread's whole range is one sequential stream; four accumulators per activation row keep
-// the FMAs independent when the weights come from cache.
-template <int R, typename W>
-void OutInRange(const float* x, int64_t in, const W* w, int64_t o0, int64_t o1,
+// the thread's whole range is one sequential stream; U accumulators per activation row keep the
+// FMAs independent when the weights come from cache.
+template <int R>
+void OutInRange(const float* x, int64_t in, const float* w, int64_t o0, int64_t o1,
                 int64_t out_features, const float* bias, float* out) {
+  constexpr int U = kAccs<R>;
+  const DF d;
   for (int64_t o = o0; o < o1; ++o) {
-    const W* wr = w + o * in;
-    __m512 acc[R][4];
+    const float* wr = w + o * in;
+    VF acc[R][U];
     for (int r = 0; r < R; ++r) {
-      for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
+      for (int u = 0; u < U; ++u) acc[r][u] = hn::Zero(d);
     }
     int64_t i = 0;
-    for (; i + 64 <= in; i += 64) {
-      for (int u = 0; u < 4; ++u) {
-        const __m512 wv = Load16(wr + i + 16 * u);
+    for (; i + U * kLanes <= in; i += U * kLanes) {
+      for (int u = 0; u < U; ++u) {
+        const VF wv = LoadF32(wr + i + kLanes * u);
         for (int r = 0; r < R; ++r) {
-          acc[r][u] = _mm512_fmadd_ps(wv, Load16(x + r * in + i + 16 * u), acc[r][u]);
+          acc[r][u] = hn::MulAdd(wv, LoadF32(x + r * in + i + kLanes * u), acc[r][u]);
         }
       }
     }
-    for (; i < in; i += 16) {
-      const int64_t n = std::min<int64_t>(16, in - i);
-      const __m512 wv = Load16(wr + i, n);
-      for (int r = 0; r < R; ++r) {
-        acc[r][0] = _mm512_fmadd_ps(wv, Load16(x + r * in + i, n), acc[r][0]);
-      }
+    for (; i < in; i += kLanes) {
+      const int64_t n = std::min<int64_t>(kLanes, in - i);
+      const VF wv = Load(wr + i, n);
+      for (int r = 0; r < R; ++r) acc[r][0] = hn::MulAdd(wv, Load(x + r * in + i, n), acc[r][0]);
     }
     for (int r = 0; r < R; ++r) {
-      const __m512 sum =
-          _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
-      out[r * out_features + o] = _mm512_reduce_add_ps(sum) + (bias ? bias[o] : 0.0f);
+      VF sum = acc[r][0];
+      for (int u = 1; u < U; ++u) sum = hn::Add(sum, acc[r][u]);
+      out[r * out_features + o] = ReduceSum(sum) + (bias ? bias[o] : 0.0f);
     }
   }
 }
@@ -67,35 +86,29 @@ void OutInRange(const float* x, int64_t in, const W* w, int64_t o0, int64_t o1,
 // [in, out] weights: partial[r, :] += sum over i in [i0, i1) of x[r, i] * W[i, :]. K weight rows
 // at a time are streamed side by side (K sequential streams through the thread's contiguous
 // block) while the partial sums stay in L1/L2.
-template <int R, int K, typename W>
-void InOutRows(const float* x, int64_t in, const W* w, int64_t out_features, int64_t i,
+template <int R, int K>
+void InOutRows(const float* x, int64_t in, const float* w, int64_t out_features, int64_t i,
                float* partial) {
-  __m512 xs[R][K];
+  const DF d;
+  VF xs[R][K];
   for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < K; ++k) xs[r][k] = _mm512_set1_ps(x[r * in + i + k]);
+    for (int k = 0; k < K; ++k) xs[r][k] = hn::Set(d, x[r * in + i + k]);
   }
-  const W* wr[K];
+  const float* wr[K];
   for (int k = 0; k < K; ++k) wr[k] = w + (i + k) * out_features;
-  int64_t c = 0;
-  for (; c + 16 <= out_features; c += 16) {
-    __m512 wv[K];
-    for (int k = 0; k < K; ++k) wv[k] = Load16(wr[k] + c);
+  for (int64_t c = 0; c < out_features; c += kLanes) {
+    const int64_t n = std::min<int64_t>(kLanes, out_features - c);
+    VF wv[K];
+    for (int k = 0; k < K; ++k) wv[k] = Load(wr[k] + c, n);
     for (int r = 0; r < R; ++r) {
       float* p = partial + r * out_features + c;
-      __m512 acc = _mm512_loadu_ps(p);
-      for (int k = 0; k < K; ++k) acc = _mm512_fmadd_ps(wv[k], xs[r][k], acc);
-      _mm512_storeu_ps(p, acc);
-    }
-  }
-  if (c < out_features) {
-    const int64_t n = out_features - c;
-    __m512 wv[K];
-    for (int k = 0; k < K; ++k) wv[k] = Load16(wr[k] + c, n);
-    for (int r = 0; r < R; ++r) {
-      float* p = partial + r * out_features + c;
-      __m512 acc = Load16(p, n);
-      for (int k = 0; k < K; ++k) acc = _mm512_fmadd_ps(wv[k], xs[r][k], acc);
-      _mm512_mask_storeu_ps(p, FirstLanes(n), acc);
+      VF acc = Load(p, n);
+      for (int k = 0; k < K; ++k) acc = hn::MulAdd(wv[k], xs[r][k], acc);
+      if (n == kLanes) {
+        hn::StoreU(acc, d, p);
+      } else {
+        StorePartial(acc, p, n);
+      }
     }
   }
 }
@@ -110,60 +123,68 @@ void InOutRange(const float* x, int64_t in, const float* w, int64_t out_features
   for (; i < i1; ++i) InOutRows<R, 1>(x, in, w, out_features, i, partial);
 }
 
-// bf16 weights, 32 at a time (64 bytes) as two f32 vectors without a shuffle: the even elements
-// 0, 2, .., 30 are the low halves of the 32-bit lanes shifted up, the odd ones the high halves
-// with the low halves cleared (both exact). Widening 16 at a time (zero-extend, then shift) cost
-// three times the instructions and made the bf16 kernels compute-bound at half the f32 GB/s.
-// The kernels keep their activations ([out, in]) or partial sums ([in, out]) in the same order:
-// within each block of 32, the 16 even positions then the 16 odd ones (PairOrder).
-inline void SplitPairsBF16(__m512i v, __m512& even, __m512& odd) {
-  even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-  odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+// bf16 weights, kPair at a time (a vector of 32-bit lanes) as two f32 vectors without a shuffle:
+// the even elements 0, 2, .. are the low halves of the 32-bit lanes shifted up, the odd ones the
+// high halves with the low halves cleared (both exact). Widening kLanes at a time (zero-extend,
+// then shift) cost three times the instructions and made the bf16 kernels compute-bound at half
+// the f32 GB/s. The kernels keep their activations ([out, in]) or partial sums ([in, out]) in the
+// same order: within each block of kPair, the kLanes even positions then the odd ones (PairOrder).
+inline void SplitPairsBF16(hn::Vec<DU32> v, VF& even, VF& odd) {
+  const DF d;
+  even = hn::BitCast(d, hn::ShiftLeft<16>(v));
+  odd = hn::BitCast(d, hn::And(v, hn::Set(DU32(), 0xFFFF0000u)));
 }
-inline void LoadPairsBF16(const uint16_t* p, __m512& even, __m512& odd) {
-  SplitPairsBF16(_mm512_loadu_si512(p), even, odd);
+inline void LoadPairsBF16(const uint16_t* p, VF& even, VF& odd) {
+#if HWY_TARGET == HWY_SCALAR  // one lane: the pair is one 32-bit word
+  uint32_t word;
+  std::memcpy(&word, p, sizeof(word));
+  SplitPairsBF16(hn::Set(DU32(), word), even, odd);
+#else
+  SplitPairsBF16(hn::BitCast(DU32(), hn::LoadU(DU16Pairs(), p)), even, odd);
+#endif
 }
-// n < 32: elements past n read as zero (and are not loaded).
-inline void LoadPairsBF16(const uint16_t* p, int64_t n, __m512& even, __m512& odd) {
-  SplitPairsBF16(_mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << n) - 1), p), even,
-                 odd);
+// n < kPair: elements past n read as zero (and are not loaded).
+inline void LoadPairsBF16(const uint16_t* p, int64_t n, VF& even, VF& odd) {
+  alignas(64) uint16_t buf[kPair] = {};
+  std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(uint16_t));
+  LoadPairsBF16(buf, even, odd);
 }
 
 // [out, in] bf16 weights: out[r, o] for o in [o0, o1), with xp the activation rows in PairOrder
-// (row stride `padded`, a multiple of 32, zeros past `in`).
+// (row stride `padded`, a multiple of kPair, zeros past `in`).
 template <int R>
 void OutInRangeBF16(const float* xp, int64_t padded, int64_t in, const uint16_t* w, int64_t o0,
                     int64_t o1, int64_t out_features, const float* bias, float* out) {
+  constexpr int U = kAccs<R>;
+  const DF d;
   for (int64_t o = o0; o < o1; ++o) {
     const uint16_t* wr = w + o * in;
-    __m512 acc[R][4];
+    VF acc[R][U];
     for (int r = 0; r < R; ++r) {
-      for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
+      for (int u = 0; u < U; ++u) acc[r][u] = hn::Zero(d);
     }
     int64_t i = 0;
-    for (; i + 64 <= in; i += 64) {
-      __m512 wv[4];
-      LoadPairsBF16(wr + i, wv[0], wv[1]);
-      LoadPairsBF16(wr + i + 32, wv[2], wv[3]);
+    for (; i + U * kLanes <= in; i += U * kLanes) {
+      VF wv[U];
+      for (int u = 0; u < U; u += 2) LoadPairsBF16(wr + i + kLanes * u, wv[u], wv[u + 1]);
       for (int r = 0; r < R; ++r) {
-        for (int u = 0; u < 4; ++u) {
-          acc[r][u] =
-              _mm512_fmadd_ps(wv[u], _mm512_loadu_ps(xp + r * padded + i + 16 * u), acc[r][u]);
+        for (int u = 0; u < U; ++u) {
+          acc[r][u] = hn::MulAdd(wv[u], LoadF32(xp + r * padded + i + kLanes * u), acc[r][u]);
         }
       }
     }
-    for (; i < in; i += 32) {
-      __m512 even, odd;
-      LoadPairsBF16(wr + i, std::min<int64_t>(32, in - i), even, odd);
+    for (; i < in; i += kPair) {
+      VF even, odd;
+      LoadPairsBF16(wr + i, std::min<int64_t>(kPair, in - i), even, odd);
       for (int r = 0; r < R; ++r) {
-        acc[r][0] = _mm512_fmadd_ps(even, _mm512_loadu_ps(xp + r * padded + i), acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp + r * padded + i + 16), acc[r][1]);
+        acc[r][0] = hn::MulAdd(even, LoadF32(xp + r * padded + i), acc[r][0]);
+        acc[r][1] = hn::MulAdd(odd, LoadF32(xp + r * padded + i + kLanes), acc[r][1]);
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m512 sum =
-          _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
-      out[r * out_features + o] = _mm512_reduce_add_ps(sum) + (bias ? bias[o] : 0.0f);
+      VF sum = acc[r][0];
+      for (int u = 1; u < U; ++u) sum = hn::Add(sum, acc[r][u]);
+      out[r * out_features + o] = ReduceSum(sum) + (bias ? bias[o] : 0.0f);
     }
   }
 }
@@ -173,17 +194,18 @@ void OutInRangeBF16(const float* xp, int64_t padded, int64_t in, const uint16_t*
 template <int R, int K>
 void InOutRowsBF16(const float* x, int64_t in, const uint16_t* w, int64_t out_features,
                    int64_t padded, int64_t i, float* partial) {
-  __m512 xs[R][K];
+  const DF d;
+  VF xs[R][K];
   for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < K; ++k) xs[r][k] = _mm512_set1_ps(x[r * in + i + k]);
+    for (int k = 0; k < K; ++k) xs[r][k] = hn::Set(d, x[r * in + i + k]);
   }
   const uint16_t* wr[K];
   for (int k = 0; k < K; ++k) wr[k] = w + (i + k) * out_features;
-  for (int64_t c = 0; c < out_features; c += 32) {
-    const int64_t n = std::min<int64_t>(32, out_features - c);
-    __m512 even[K], odd[K];
+  for (int64_t c = 0; c < out_features; c += kPair) {
+    const int64_t n = std::min<int64_t>(kPair, out_features - c);
+    VF even[K], odd[K];
     for (int k = 0; k < K; ++k) {
-      if (n == 32) {
+      if (n == kPair) {
         LoadPairsBF16(wr[k] + c, even[k], odd[k]);
       } else {
         LoadPairsBF16(wr[k] + c, n, even[k], odd[k]);
@@ -191,13 +213,13 @@ void InOutRowsBF16(const float* x, int64_t in, const uint16_t* w, int64_t out_fe
     }
     for (int r = 0; r < R; ++r) {
       float* p = partial + r * padded + c;
-      __m512 pe = _mm512_loadu_ps(p), po = _mm512_loadu_ps(p + 16);
+      VF pe = LoadF32(p), po = LoadF32(p + kLanes);
       for (int k = 0; k < K; ++k) {
-        pe = _mm512_fmadd_ps(even[k], xs[r][k], pe);
-        po = _mm512_fmadd_ps(odd[k], xs[r][k], po);
+        pe = hn::MulAdd(even[k], xs[r][k], pe);
+        po = hn::MulAdd(odd[k], xs[r][k], po);
       }
-      _mm512_storeu_ps(p, pe);
-      _mm512_storeu_ps(p + 16, po);
+      hn::StoreU(pe, d, p);
+      hn::StoreU(po, d, p + kLanes);
     }
   }
 }
@@ -210,50 +232,20 @@ void InOutRangeBF16(const float* x, int64_t in, const uint16_t* w, int64_t out_f
   for (; i < i1; ++i) InOutRowsBF16<R, 1>(x, in, w, out_features, padded, i, partial);
 }
 
-MANYSHOT_AVX512_END
-
-#else  // portable fallback (no AVX-512): the same partition, plain loops
-
-template <int R, typename W>
-void OutInRange(const float* x, int64_t in, const W* w, int64_t o0, int64_t o1,
-                int64_t out_features, const float* bias, float* out) {
-  for (int64_t o = o0; o < o1; ++o) {
-    for (int r = 0; r < R; ++r) {
-      float sum = 0.0f;
-      for (int64_t i = 0; i < in; ++i) sum += x[r * in + i] * WeightAt(w, o * in + i);
-      out[r * out_features + o] = sum + (bias ? bias[o] : 0.0f);
-    }
-  }
-}
-
-template <int R, typename W>
-void InOutRange(const float* x, int64_t in, const W* w, int64_t out_features, int64_t i0,
-                int64_t i1, float* partial) {
-  for (int64_t i = i0; i < i1; ++i) {
-    for (int r = 0; r < R; ++r) {
-      const float xi = x[r * in + i];
-      float* p = partial + r * out_features;
-      for (int64_t c = 0; c < out_features; ++c) p[c] += xi * WeightAt(w, i * out_features + c);
-    }
-  }
-}
-
-#endif
-
 // Contiguous, near-equal chunks of [0, n) in units of `unit`, one per thread.
 int64_t ChunkBegin(int64_t n, int64_t unit, int64_t chunks, int64_t c) {
   const int64_t units = (n + unit - 1) / unit;
   return std::min(n, units * c / chunks * unit);
 }
 
-// bf16 weights take the PairOrder kernels where the build has AVX-512.
+// bf16 weights take the PairOrder kernels.
 template <typename W>
-constexpr bool kPairOrder = MANYSHOT_AVX512 && sizeof(W) == 2;
+constexpr bool kPairOrder = sizeof(W) == 2;
 
-// Where element j of a vector lies in PairOrder (blocks of 32: the even elements, then the odd).
+// Where element j of a vector lies in PairOrder (blocks of kPair: the even elements, then the odd).
 inline int64_t PairPosition(int64_t j) {
-  const int64_t q = j % 32;
-  return j - q + (q % 2 == 0 ? q / 2 : 16 + q / 2);
+  const int64_t q = j % kPair;
+  return j - q + (q % 2 == 0 ? q / 2 : kLanes + q / 2);
 }
 
 template <int R, typename W>
@@ -282,7 +274,7 @@ void GemvTyped(ThreadPool& pool, const float* x, int64_t in, const W* w, WeightL
       pool.ParallelForGuided(out_features, std::max<int64_t>(1, kMinRangeBytes / row_bytes), fn);
     };
     if constexpr (kPairOrder<W>) {
-      const int64_t padded = (in + 31) / 32 * 32;
+      const int64_t padded = (in + kPair - 1) / kPair * kPair;
       std::vector<float> xp(static_cast<size_t>(R * padded), 0.0f);
       for (int r = 0; r < R; ++r) {
         for (int64_t i = 0; i < in; ++i) xp[r * padded + PairPosition(i)] = x[r * in + i];
@@ -299,7 +291,7 @@ void GemvTyped(ThreadPool& pool, const float* x, int64_t in, const W* w, WeightL
   }
   // Threads split the input rows (again one contiguous block of W each) into partial sums, which
   // are then added up; the partials are small (rows x out_features floats per thread).
-  const int64_t padded = kPairOrder<W> ? (out_features + 31) / 32 * 32 : out_features;
+  const int64_t padded = kPairOrder<W> ? (out_features + kPair - 1) / kPair * kPair : out_features;
   std::vector<float> partials(static_cast<size_t>(chunks * R * padded), 0.0f);
   for_each_chunk([&](int64_t c) {
     const int64_t i0 = ChunkBegin(in, 4, chunks, c), i1 = ChunkBegin(in, 4, chunks, c + 1);
@@ -346,9 +338,9 @@ void GemvRows(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const 
 
 static_assert(kGemvMaxRows == 4, "GemvRows instantiates rows 1..4");
 
-void Gemv(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const void* weight,
-          DType weight_dtype, WeightLayout layout, int64_t out_features, const float* bias,
-          float* out) {
+void GemvImpl(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const void* weight,
+              DType weight_dtype, WeightLayout layout, int64_t out_features, const float* bias,
+              float* out) {
   if (weight_dtype == DType::kBF16) {
     GemvRows(pool, x, rows, in, static_cast<const uint16_t*>(weight), layout, out_features, bias,
              out);
@@ -357,4 +349,21 @@ void Gemv(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const void
   }
 }
 
+}  // namespace manyshot::cpu_internal::HWY_NAMESPACE
+MANYSHOT_SIMD_END
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace manyshot::cpu_internal {
+
+HWY_EXPORT(GemvImpl);
+
+void Gemv(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const void* weight,
+          DType weight_dtype, WeightLayout layout, int64_t out_features, const float* bias,
+          float* out) {
+  HWY_DYNAMIC_DISPATCH(GemvImpl)
+  (pool, x, rows, in, weight, weight_dtype, layout, out_features, bias, out);
+}
+
 }  // namespace manyshot::cpu_internal
+#endif  // HWY_ONCE

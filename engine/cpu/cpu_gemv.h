@@ -2,7 +2,8 @@
 // bf16 weights widened in the kernel (f32 accumulation either way). With so few rows the work is
 // bound by reading the weights once, so the kernels are written for the memory system: each
 // thread streams one contiguous part of the weight matrix front to back (the hardware
-// prefetchers follow it), loads 64 bytes at a time and keeps several independent accumulators.
+// prefetchers follow it), loads a vector at a time and keeps several independent accumulators.
+// Compiled for each instruction set and dispatched at run time (cpu_target.h).
 // OpenBLAS's sgemv partitioned by our pool reads strided column slices and stops near 25 GB/s.
 #pragma once
 

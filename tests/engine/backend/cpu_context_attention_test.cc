@@ -1,6 +1,7 @@
 // The CPU backend's AttendContext (the register-tiled kernels of cpu_context_kernel.h for head
 // dimensions that are multiples of 16, the sgemm path otherwise) against exact softmax attention
-// over the same stored K/V, within the rounding bound of exact_attention.h.
+// over the same stored K/V, within the rounding bound of exact_attention.h, on every kernel target
+// this machine executes.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -11,6 +12,7 @@
 #include "engine/cpu/cpu_context_kernel.h"
 #include "gtest/gtest.h"
 #include "tests/engine/backend/backend_test_util.h"
+#include "tests/engine/backend/cpu_target_param.h"
 #include "tests/engine/backend/exact_attention.h"
 
 namespace manyshot {
@@ -95,7 +97,10 @@ void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
   }
 }
 
-TEST(CpuContextAttentionTest, MatchesExactAttentionForEveryKvDtypeShapeAndBatch) {
+class CpuContextAttentionTest : public testing::CpuTargetTest {};
+MANYSHOT_FOR_EVERY_CPU_TARGET(CpuContextAttentionTest);
+
+TEST_P(CpuContextAttentionTest, MatchesExactAttentionForEveryKvDtypeShapeAndBatch) {
   CpuBackend backend(2);
   std::mt19937 rng(99);
   std::vector<Case> cases;
@@ -116,7 +121,7 @@ TEST(CpuContextAttentionTest, MatchesExactAttentionForEveryKvDtypeShapeAndBatch)
   for (const Case& c : cases) CheckCase(backend, rng, c);
 }
 
-TEST(CpuContextAttentionTest, MatchesExactAttentionWhenLaterKeysRaiseTheMaximum) {
+TEST_P(CpuContextAttentionTest, MatchesExactAttentionWhenLaterKeysRaiseTheMaximum) {
   // Logits growing along the context (to 11x and 301x their first tile's spread): the running
   // maximum is raised by more than the kernels' slack in tile after tile and differs between the
   // split-keys chunks, for one query (split keys) and for many rows (row blocks).
@@ -131,10 +136,11 @@ TEST(CpuContextAttentionTest, MatchesExactAttentionWhenLaterKeysRaiseTheMaximum)
   }
 }
 
-TEST(CpuContextAttentionTest, TheTiledKernelCoversHeadDimensionsInSixteens) {
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-  for (int64_t d = 16; d <= 128; d += 16) EXPECT_TRUE(cpu_internal::ContextKernelSupports(d)) << d;
-#endif
+TEST_P(CpuContextAttentionTest, TheTiledKernelCoversHeadDimensionsInSixteens) {
+  // Every vector target; the scalar one leaves all head dimensions to the sgemm path.
+  for (int64_t d = 16; d <= 128; d += 16) {
+    EXPECT_EQ(cpu_internal::ContextKernelSupports(d), GetParam() != "scalar") << d;
+  }
   for (int64_t d : {8, 40, 72, 144}) EXPECT_FALSE(cpu_internal::ContextKernelSupports(d)) << d;
 }
 

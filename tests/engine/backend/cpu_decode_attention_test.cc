@@ -2,7 +2,8 @@
 // cpu_decode_attention.h), mixed in one call with a prefill sequence (the tiled sgemm path),
 // against exact softmax attention within the rounding bound of exact_attention.h: every K/V
 // storage dtype, GQA, structured prompting's log-weight on keys >= weighted_from, key counts
-// around the 64-key tiles and one long enough to be split across threads.
+// around the 64-key tiles and one long enough to be split across threads; on every kernel target
+// this machine executes.
 #include <cmath>
 #include <random>
 #include <string>
@@ -12,6 +13,7 @@
 #include "engine/cpu/cpu_decode_attention.h"
 #include "gtest/gtest.h"
 #include "tests/engine/backend/backend_test_util.h"
+#include "tests/engine/backend/cpu_target_param.h"
 #include "tests/engine/backend/exact_attention.h"
 
 namespace manyshot {
@@ -81,7 +83,10 @@ void CheckCall(CpuBackend& backend, std::mt19937& rng, int64_t H, int64_t KH, in
   }
 }
 
-TEST(CpuDecodeAttentionTest, DecodeRowsMatchExactAttention) {
+class CpuDecodeAttentionTest : public testing::CpuTargetTest {};
+MANYSHOT_FOR_EVERY_CPU_TARGET(CpuDecodeAttentionTest);
+
+TEST_P(CpuDecodeAttentionTest, DecodeRowsMatchExactAttention) {
   CpuBackend backend(2);
   std::mt19937 rng(7);
   for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -96,10 +101,11 @@ TEST(CpuDecodeAttentionTest, DecodeRowsMatchExactAttention) {
   }
 }
 
-TEST(CpuDecodeAttentionTest, TheKernelCoversHeadDimensionsInSixteens) {
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-  for (int64_t d = 16; d <= 256; d += 16) EXPECT_TRUE(cpu_internal::DecodeKernelSupports(d)) << d;
-#endif
+TEST_P(CpuDecodeAttentionTest, TheKernelCoversHeadDimensionsInSixteens) {
+  // Every vector target; the scalar one leaves all head dimensions to the sgemm path.
+  for (int64_t d = 16; d <= 256; d += 16) {
+    EXPECT_EQ(cpu_internal::DecodeKernelSupports(d), GetParam() != "scalar") << d;
+  }
   for (int64_t d : {8, 40, 72, 272}) EXPECT_FALSE(cpu_internal::DecodeKernelSupports(d)) << d;
 }
 

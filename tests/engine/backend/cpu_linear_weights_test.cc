@@ -1,6 +1,7 @@
 // The CPU backend's Linear on its two paths (the GEMV kernels for <= kGemvMaxRows activation rows,
 // OpenBLAS sgemm above) and with f32 or bf16 weights, checked against a double-precision
-// reference with a rigorous rounding bound rather than a tuned tolerance.
+// reference with a rigorous rounding bound rather than a tuned tolerance, on every kernel target
+// this machine executes.
 //
 // Bound: any order of summing n products in float (FMA or not) gives |computed - exact| <=
 // gamma_n * sum |x_i w_i| with gamma_n = n u / (1 - n u), u = 2^-24 (Higham, Accuracy and
@@ -17,6 +18,7 @@
 #include "engine/cpu/cpu_gemv.h"
 #include "gtest/gtest.h"
 #include "tests/engine/backend/backend_test_util.h"
+#include "tests/engine/backend/cpu_target_param.h"
 
 namespace manyshot {
 namespace {
@@ -48,7 +50,7 @@ double WeightAt(const std::vector<float>& w, const Problem& p, int64_t o, int64_
   return p.layout == WeightLayout::kOutIn ? w[o * p.in + i] : w[i * p.out + o];
 }
 
-class CpuLinearWeightsTest : public ::testing::Test {
+class CpuLinearWeightsTest : public testing::CpuTargetTest {
  protected:
   CpuBackend backend_{2};
   std::mt19937 rng_{1234};
@@ -101,6 +103,8 @@ class CpuLinearWeightsTest : public ::testing::Test {
   }
 };
 
+MANYSHOT_FOR_EVERY_CPU_TARGET(CpuLinearWeightsTest);
+
 std::vector<Problem> Problems() {
   std::vector<Problem> problems;
   // Rows 1..4 take the GEMV kernels, 5 and 9 sgemm. Sizes cover the vector tails (in or out not
@@ -118,7 +122,7 @@ std::vector<Problem> Problems() {
   return problems;
 }
 
-TEST_F(CpuLinearWeightsTest, F32WeightsMeetTheSummationBoundOnBothPaths) {
+TEST_P(CpuLinearWeightsTest, F32WeightsMeetTheSummationBoundOnBothPaths) {
   static_assert(cpu_internal::kGemvMaxRows == 4, "the problems cover rows 1..4 as the GEMV path");
   for (const Problem& p : Problems()) {
     const auto x = RandomValues(rng_, p.rows * p.in);
@@ -129,7 +133,7 @@ TEST_F(CpuLinearWeightsTest, F32WeightsMeetTheSummationBoundOnBothPaths) {
   }
 }
 
-TEST_F(CpuLinearWeightsTest, GemvRowsAgreeWithTheSgemmPath) {
+TEST_P(CpuLinearWeightsTest, GemvRowsAgreeWithTheSgemmPath) {
   // The same activation rows through the GEMV kernels (alone) and through sgemm (inside a batch
   // of 8): each meets the bound, so they differ by at most twice it.
   for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
@@ -151,7 +155,7 @@ TEST_F(CpuLinearWeightsTest, GemvRowsAgreeWithTheSgemmPath) {
   }
 }
 
-TEST_F(CpuLinearWeightsTest, Bf16WeightsAreExactWideningsWithinTheBoundOfF32Weights) {
+TEST_P(CpuLinearWeightsTest, Bf16WeightsAreExactWideningsWithinTheBoundOfF32Weights) {
   double worst_relative = 0;
   for (const Problem& p : Problems()) {
     const auto x = RandomValues(rng_, p.rows * p.in);
@@ -173,7 +177,7 @@ TEST_F(CpuLinearWeightsTest, Bf16WeightsAreExactWideningsWithinTheBoundOfF32Weig
   EXPECT_GT(worst_relative, 0.0);
 }
 
-TEST_F(CpuLinearWeightsTest, Bf16EmbeddingTableRowsWidenExactly) {
+TEST_P(CpuLinearWeightsTest, Bf16EmbeddingTableRowsWidenExactly) {
   const int64_t vocab = 50, hidden = 40;
   const auto table = RandomValues(rng_, vocab * hidden);
   const auto base = RandomValues(rng_, 3 * hidden);
@@ -195,7 +199,7 @@ TEST_F(CpuLinearWeightsTest, Bf16EmbeddingTableRowsWidenExactly) {
   }
 }
 
-TEST_F(CpuLinearWeightsTest, WeightDtypesTheCpuCannotWidenAreInvalidArgument) {
+TEST_P(CpuLinearWeightsTest, WeightDtypesTheCpuCannotWidenAreInvalidArgument) {
   const Problem p{1, 16, 8, WeightLayout::kOutIn, false};
   const auto x = RandomValues(rng_, p.in), w = RandomValues(rng_, p.in * p.out);
   Tensor out = Poisoned(backend_, DType::kF32, {1, p.out});
