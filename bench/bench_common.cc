@@ -10,6 +10,7 @@
 #include "bench/percentile.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_target.h"
 
 namespace manyshot::bench {
 
@@ -28,6 +29,11 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenBenchBackend(const std::string& nam
     return CreateBackend(BackendKind::kCpu, 0, threads);
   }
   return created;
+}
+
+Report::Report(std::string subcommand, bool json) : json_(json) {
+  figures_["subcommand"] = std::move(subcommand);
+  AddText("cpu_target", CpuTargetName());
 }
 
 void Report::Add(const std::string& name, double value, const std::string& unit) {

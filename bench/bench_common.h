@@ -22,9 +22,8 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenBenchBackend(const std::string& nam
 // Collects named figures; prints "name: value unit" lines, or one JSON object with --json.
 class Report {
  public:
-  explicit Report(std::string subcommand, bool json) : json_(json) {
-    figures_["subcommand"] = std::move(subcommand);
-  }
+  // Starts with the subcommand and the CPU kernels' instruction set (cpu_target).
+  Report(std::string subcommand, bool json);
   void Add(const std::string& name, double value, const std::string& unit = "");
   void AddText(const std::string& name, const std::string& value);
   // A structured figure (e.g. a time series) for --json only; the text output prints its own.

@@ -7,6 +7,7 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/core/dtype.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_target.h"
 #include "server/api_to_engine.h"
 #include "server/build_info.h"
 #include "server/classify_call.h"
@@ -254,6 +255,7 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
   backend->set_device(on_gpu ? parts_.model->backend->description() : cpu_name);
   backend->set_threads(static_cast<uint32_t>(parts_.model->backend->threads()));
   if (!on_gpu) backend->set_blas_kernel(BlasKernelName());
+  if (!on_gpu) backend->set_cpu_target(CpuTargetName());
   backend->set_description(parts_.model->backend->description());
   backend->set_selection(parts_.model->backend_selection);
   backend->set_compute_dtype(std::string(DTypeName(d.compute_dtype)));

@@ -79,6 +79,11 @@ TEST(ServerModelTest, DefaultModelIsGeneratedOnceAndReported) {
     EXPECT_EQ(info.backend().name(), "cpu");
     EXPECT_EQ(info.backend().threads(), 1u);
     EXPECT_FALSE(info.backend().blas_kernel().empty());
+    // The kernels' instruction set, as the start-up log line names it.
+    EXPECT_FALSE(info.backend().cpu_target().empty());
+    EXPECT_NE(server.Stderr().find("kernels " + info.backend().cpu_target() + ","),
+              std::string::npos)
+        << server.Stderr();
     EXPECT_FALSE(info.backend().device().empty());
     fingerprint = m.fingerprint();
 
