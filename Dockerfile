@@ -49,15 +49,17 @@ RUN --mount=type=secret,id=ca_bundle mkdir -p /opt/gpt2 && cd /opt/gpt2 \
 
 # ---- CPU build ---------------------------------------------------------------------------------
 FROM build-deps AS build
-# MARCH: the CPUs the image must run on. x86-64-v3 (AVX2 + FMA: Haswell and later, every
-# current x86 server) by default; `native` for the build machine only. OpenBLAS picks its own
-# kernels at run time either way.
-ARG MARCH=x86-64-v3
+# Built as the default build is: the CPU kernels carry AVX-512, AVX2 + FMA, SSE4 and scalar code
+# (NEON on ARM) and pick the best the host runs at start-up, as OpenBLAS picks its own; so one
+# image is fast on every x86-64 (or ARM) host. MARCH (e.g. x86-64-v3, native) narrows the CPUs the
+# image runs on in exchange for compiling everything else for them; empty by default.
+ARG MARCH=
 ARG BUILD_JOBS=2
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMANYSHOT_CUDA=OFF \
-      -DMANYSHOT_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=${MARCH}" -DCMAKE_INSTALL_PREFIX=/usr/local \
+      -DMANYSHOT_NATIVE=OFF -DCMAKE_CXX_FLAGS="${MARCH:+-march=${MARCH}}" \
+      -DCMAKE_INSTALL_PREFIX=/usr/local \
  && cmake --build /build -j${BUILD_JOBS} --target manyshot-server manyshot \
  && cmake --install /build --component Unspecified --strip
 
@@ -99,7 +101,7 @@ RUN manyshot-server --version >/dev/null && manyshot --version >/dev/null
 FROM ${CUDA_DEVEL_IMAGE} AS cuda-toolkit
 
 FROM build-deps AS build-cuda
-ARG MARCH=x86-64-v3
+ARG MARCH=
 ARG BUILD_JOBS=2
 # GPU architectures to compile for (see CMakeLists.txt): 90 = H100/H200.
 ARG CUDA_ARCHITECTURES=90
@@ -108,7 +110,7 @@ WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMANYSHOT_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES} -DMANYSHOT_NATIVE=OFF \
-      -DCMAKE_CXX_FLAGS="-march=${MARCH}" -DCMAKE_INSTALL_PREFIX=/usr/local \
+      -DCMAKE_CXX_FLAGS="${MARCH:+-march=${MARCH}}" -DCMAKE_INSTALL_PREFIX=/usr/local \
  && cmake --build /build -j${BUILD_JOBS} --target manyshot-server manyshot manyshot_cuda \
  && cmake --install /build --component Unspecified --strip
 
