@@ -60,7 +60,7 @@ absl::StatusOr<ModelConfig> InductionModelConfig(const InductionModelSpec& spec)
 absl::StatusOr<std::vector<TensorToWrite>> InductionModelTensors(const InductionModelSpec& spec);
 
 // The marker file WriteInductionModel leaves in the model directory: JSON whose "note" says what
-// the model is (the server reports it: server/model_loader.h, ReadModelMarker).
+// the model is (the server reports it: engine/serving/model_marker.h, ReadModelMarker).
 inline constexpr char kInductionModelMarker[] = "manyshot_induction_model.json";
 
 // Writes the model directory (config, weights, tokenizer files copied from tokenizer_dir, and the
