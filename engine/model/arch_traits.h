@@ -29,6 +29,9 @@ enum class Activation : uint8_t {
   kGeluErf = 3,   // GPT-NeoX "gelu": x * Phi(x), the exact (erf) GELU
 };
 
+// Whether the up projection is gate | up, the activation multiplying them (SwiGLU).
+constexpr bool IsGated(Activation activation) { return activation == Activation::kSwiGlu; }
+
 // How a token's position id enters the model.
 enum class PositionKind : uint8_t {
   kRotary = 0,   // rotate-half RoPE on q and k (Llama)

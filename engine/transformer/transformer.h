@@ -17,6 +17,7 @@
 #include "engine/model/model_config.h"
 #include "engine/task/context_kv.h"
 #include "engine/transformer/kv_cache.h"
+#include "engine/transformer/model_weights.h"
 
 namespace manyshot {
 
@@ -87,7 +88,6 @@ class Transformer {
                                         const ContextKv* context = nullptr) const;
 
  private:
-  struct Layer;
   Transformer() = default;
   absl::Status LoadWeights(const std::filesystem::path& model_dir);
 
@@ -98,14 +98,7 @@ class Transformer {
   DType compute_dtype_ = DType::kF32;
   DType kv_dtype_ = DType::kF32;
   DType weight_dtype_ = DType::kF32;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  Tensor embed_;                        // [V, H]
-  Tensor positions_;                    // learned positions [P, H], row = position id
-  Tensor embed_norm_w_, embed_norm_b_;  // ArchTraits::embedding_norm
-  Tensor final_norm_w_, final_norm_b_;  // undefined for post-LN models
-  Tensor lm_head_;                      // [V, H] (== embed_ when tied)
-  Tensor alibi_slopes_;                 // f32 [heads] for ALiBi models, else undefined
-  RopeTable rope_;                      // RoPE models: from config_.rope_scaling, set at load
+  std::unique_ptr<ModelWeights> weights_;
 };
 
 }  // namespace manyshot

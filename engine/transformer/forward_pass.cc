@@ -1,0 +1,265 @@
+#include "engine/transformer/forward_pass.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/allocate_all.h"
+#include "engine/core/status_macros.h"
+#include "engine/transformer/forward_input_checks.h"
+
+namespace manyshot {
+namespace {
+
+// Projection weights as held (LayerWeights).
+constexpr WeightLayout kHeld = WeightLayout::kOutIn;
+
+// The position checks of one token: learned tables end at max_position_embeddings, and past the
+// sliding window attention would have to hide keys (refused, never silently widened).
+absl::Status CheckPosition(const ModelConfig& c, size_t s, size_t i, int32_t p) {
+  const bool learned = TraitsOf(c.architecture).position == PositionKind::kLearned;
+  if (p < 0 || (learned && p >= c.max_position_embeddings)) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " token ", i, ": position ", p,
+                                                   " is outside [0, ", c.max_position_embeddings,
+                                                   ") for this model"));
+  }
+  if (c.sliding_window > 0 && p >= c.sliding_window) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " token ", i, ": position ", p,
+                                                   " is outside [0, ", c.sliding_window,
+                                                   "), the model's sliding attention window"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<FlatBatch> FlattenBatch(absl::Span<const ForwardSequence> sequences,
+                                       const ModelConfig& c) {
+  FlatBatch batch;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const ForwardSequence& seq = sequences[s];
+    if (seq.cache == nullptr) return absl::InvalidArgumentError("sequence without a KV cache");
+    if (seq.positions.size() != seq.tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": ", seq.tokens.size(),
+                                                     " tokens but ", seq.positions.size(),
+                                                     " positions"));
+    }
+    const std::string what = absl::StrCat("sequence ", s);
+    if (absl::Status ids_ok = CheckTokenIds(seq.tokens, c.vocab_size, what); !ids_ok.ok()) {
+      return ids_ok;
+    }
+    batch.begins.push_back(batch.tokens());
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (absl::Status ok = CheckPosition(c, s, i, seq.positions[i]); !ok.ok()) return ok;
+    }
+    const absl::Status rows_ok =
+        CheckLogitRows(seq.logit_rows, static_cast<int64_t>(seq.tokens.size()), what);
+    if (!rows_ok.ok()) return rows_ok;
+    for (int64_t r : seq.logit_rows) {
+      batch.logit_rows.push_back(static_cast<int32_t>(batch.begins.back() + r));
+    }
+    batch.ids.insert(batch.ids.end(), seq.tokens.begin(), seq.tokens.end());
+    batch.positions.insert(batch.positions.end(), seq.positions.begin(), seq.positions.end());
+    auto reserved = seq.cache->Reserve(static_cast<int64_t>(seq.tokens.size()));
+    if (!reserved.ok()) return reserved;
+  }
+  return batch;
+}
+
+ForwardPass::ForwardPass(Backend& backend, const ModelConfig& config, const ModelWeights& weights,
+                         DType compute_dtype, absl::Span<const ForwardSequence> sequences,
+                         const FlatBatch& batch, const ContextKv* context)
+    : b_(backend),
+      c_(config),
+      traits_(TraitsOf(config.architecture)),
+      weights_(weights),
+      dt_(compute_dtype),
+      sequences_(sequences),
+      batch_(batch),
+      context_(context),
+      attn_seqs_(sequences.size()) {}
+
+absl::Status ForwardPass::Allocate() {
+  const int64_t T = batch_.tokens(), H = c_.hidden_size, D = c_.head_dim;
+  const int64_t I = c_.intermediate_size, heads = c_.num_heads, kv_heads = c_.num_kv_heads;
+  const bool gated = IsGated(traits_.activation);
+  // Every activation of the pass, allocated up front so out-of-memory fails before any work.
+  std::vector<TensorAllocation> shapes = {{&x_, dt_, {T, H}},
+                                          {&h_, dt_, {T, H}},
+                                          {&qkv_, dt_, {T, (heads + 2 * kv_heads) * D}},
+                                          {&q_, dt_, {T, heads, D}},
+                                          {&k_, dt_, {T, kv_heads, D}},
+                                          {&v_, dt_, {T, kv_heads, D}},
+                                          {&attn_, dt_, {T, heads, D}},
+                                          {&up_, dt_, {T, gated ? 2 * I : I}},
+                                          {&id_t_, DType::kI32, {T}},
+                                          {&pos_t_, DType::kI32, {T}}};
+  if (gated) shapes.push_back({&act_, dt_, {T, I}});
+  // Parallel residual: the MLP's input and output while h holds the attention's output.
+  if (c_.parallel_residual) shapes.push_back({&mlp_out_, dt_, {T, H}});
+  MANYSHOT_RETURN_IF_ERROR(AllocateAll(b_, shapes));
+  if (!gated) act_ = up_;  // the activation runs in place
+  // Index arguments go to the device once per pass.
+  b_.CopyFromHost(batch_.ids.data(), id_t_);
+  b_.CopyFromHost(batch_.positions.data(), pos_t_);
+  return absl::OkStatus();
+}
+
+void ForwardPass::BuildNorm(const Tensor& in, const Tensor& weight, const Tensor& bias,
+                            const Tensor& out) {
+  if (traits_.norm == NormKind::kRms) {
+    b_.RmsNorm(in, weight, c_.norm_eps, out);
+  } else {
+    b_.LayerNorm(in, weight, bias, c_.norm_eps, out);
+  }
+}
+
+void ForwardPass::BuildEmbeddings() {
+  b_.Embedding(id_t_, weights_.embed, x_, /*accumulate=*/false);
+  if (traits_.position == PositionKind::kLearned) {
+    b_.Embedding(pos_t_, weights_.positions, x_, /*accumulate=*/true);
+  }
+  if (traits_.embedding_norm) {
+    BuildNorm(x_, weights_.embed_norm_w, weights_.embed_norm_b, h_);
+    std::swap(x_, h_);
+  }
+  if (weights_.alibi_slopes.defined()) {  // the new keys' positions, read by every layer
+    for (size_t s = 0; s < sequences_.size(); ++s) {
+      const int64_t n = static_cast<int64_t>(sequences_[s].tokens.size());
+      sequences_[s].cache->WritePositions(pos_t_.Rows(batch_.begins[s], batch_.begins[s] + n));
+    }
+  }
+}
+
+void ForwardPass::BuildAttention(size_t l, const LayerWeights& w, const Tensor& in,
+                                 const Tensor& out) {
+  const int64_t T = batch_.tokens(), heads = c_.num_heads, D = c_.head_dim;
+  b_.Linear(in, w.qkv_w, kHeld, w.qkv_b, qkv_);
+  b_.SplitQkv(qkv_, q_, k_, v_);
+  if (traits_.position == PositionKind::kRotary) {
+    b_.Rope(q_, pos_t_, weights_.rope);
+    b_.Rope(k_, pos_t_, weights_.rope);
+  }
+  const int64_t layer = static_cast<int64_t>(l);
+  for (size_t s = 0; s < sequences_.size(); ++s) {
+    const ForwardSequence& seq = sequences_[s];
+    const int64_t begin = batch_.begins[s], n = static_cast<int64_t>(seq.tokens.size());
+    seq.cache->Write(layer, k_.Rows(begin, begin + n), v_.Rows(begin, begin + n));
+    AttentionSequence& a = attn_seqs_[s];
+    a.q_begin = begin;
+    a.q_len = n;
+    a.k = &seq.cache->k(layer);
+    a.v = &seq.cache->v(layer);
+    a.kv_len = seq.cache->length() + n;
+    a.own_log_weight = seq.own_log_weight;
+    a.weighted_from = seq.weighted_from;
+    a.context_from = seq.context_from;
+    if (weights_.alibi_slopes.defined()) {
+      a.alibi_slopes = &weights_.alibi_slopes;
+      a.positions = &seq.cache->positions();
+    }
+  }
+  AttentionContext ctx;
+  if (context_ != nullptr) {
+    ctx.k = &context_->k[l];
+    ctx.v = &context_->v[l];
+    ctx.len = context_->len;
+    ctx.log_weight = context_->log_weight;
+    if (context_->positions.defined()) ctx.positions = &context_->positions;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  b_.Attention(q_, attn_seqs_, context_ ? &ctx : nullptr, scale, attn_, Tensor());
+  b_.Linear(attn_.Reshape({T, heads * D}), w.o_w, kHeld, w.o_b, out);
+}
+
+void ForwardPass::BuildFfn(const LayerWeights& w, const Tensor& in, const Tensor& out) {
+  b_.Linear(in, w.up_w, kHeld, w.up_b, up_);
+  switch (traits_.activation) {
+    case Activation::kSwiGlu:
+      b_.SwiGlu(up_, act_);
+      break;
+    case Activation::kGeluTanh:
+      b_.GeluTanh(up_);
+      break;
+    case Activation::kRelu:
+      b_.Relu(up_);
+      break;
+    case Activation::kGeluErf:
+      b_.GeluErf(up_);
+      break;
+  }
+  b_.Linear(act_, w.down_w, kHeld, w.down_b, out);
+}
+
+void ForwardPass::BuildSequentialBlock(size_t l, const LayerWeights& w) {
+  // Post-LN: the residual sum x is normed into h, which becomes the new x.
+  auto post_norm = [&](const Tensor& weight, const Tensor& bias) {
+    if (c_.pre_norm) return;
+    BuildNorm(x_, weight, bias, h_);
+    std::swap(x_, h_);
+  };
+  if (c_.pre_norm) BuildNorm(x_, w.attn_norm_w, w.attn_norm_b, h_);
+  BuildAttention(l, w, c_.pre_norm ? h_ : x_, h_);
+  b_.Add(x_, h_);
+  post_norm(w.attn_norm_w, w.attn_norm_b);
+  if (c_.pre_norm) BuildNorm(x_, w.mlp_norm_w, w.mlp_norm_b, h_);
+  BuildFfn(w, c_.pre_norm ? h_ : x_, h_);
+  b_.Add(x_, h_);
+  post_norm(w.mlp_norm_w, w.mlp_norm_b);
+}
+
+void ForwardPass::BuildParallelBlock(size_t l, const LayerWeights& w) {
+  // Both sublayers read the block's input x: x + attn(ln1(x)) + mlp(ln2(x)).
+  BuildNorm(x_, w.attn_norm_w, w.attn_norm_b, h_);
+  BuildAttention(l, w, h_, h_);  // q|k|v has read h before the output projection writes it
+  BuildNorm(x_, w.mlp_norm_w, w.mlp_norm_b, mlp_out_);
+  BuildFfn(w, mlp_out_, mlp_out_);  // the up projection has read its input before down writes
+  b_.Add(x_, h_);
+  b_.Add(x_, mlp_out_);
+}
+
+absl::Status ForwardPass::BuildLogits(ForwardResult& result) {
+  const int64_t R = static_cast<int64_t>(batch_.logit_rows.size());
+  Tensor rows_t, picked, normed, logits;
+  MANYSHOT_RETURN_IF_ERROR(AllocateAll(b_, {{&rows_t, DType::kI32, {R}},
+                                            {&picked, dt_, {R, c_.hidden_size}},
+                                            {&normed, dt_, {R, c_.hidden_size}},
+                                            {&logits, DType::kF32, {R, c_.vocab_size}}}));
+  b_.CopyFromHost(batch_.logit_rows.data(), rows_t);
+  b_.GatherRows(x_, rows_t, picked);
+  if (weights_.final_norm_w.defined()) {
+    BuildNorm(picked, weights_.final_norm_w, weights_.final_norm_b, normed);
+  } else {  // post-LN: the last layer's output is normed already
+    normed = picked;
+  }
+  b_.Linear(normed, weights_.lm_head, kHeld, Tensor(), logits);
+  result.logits.resize(static_cast<size_t>(R * c_.vocab_size));
+  return b_.CopyToHost(logits, result.logits.data());
+}
+
+absl::Status ForwardPass::Run(ForwardResult& result) {
+  const bool alibi = weights_.alibi_slopes.defined();
+  if (alibi && context_ != nullptr && context_->len > 0 && !context_->positions.defined()) {
+    return absl::FailedPreconditionError(
+        "this model uses ALiBi, which needs the context keys' position ids, and the context has "
+        "none (re-encode it)");
+  }
+  MANYSHOT_RETURN_IF_ERROR(Allocate());
+  BuildEmbeddings();
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    if (c_.parallel_residual) {
+      BuildParallelBlock(l, w);
+    } else {
+      BuildSequentialBlock(l, w);
+    }
+  }
+  for (const ForwardSequence& seq : sequences_) {
+    seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
+  }
+  if (batch_.logit_rows.empty()) return b_.Synchronize();
+  return BuildLogits(result);
+}
+
+}  // namespace manyshot
