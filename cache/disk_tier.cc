@@ -15,6 +15,7 @@
 #include "cache/disk_families.h"
 #include "cache/disk_space.h"
 #include "cache/kv_stream.h"
+#include "cache/rocks_info_log.h"
 #include "cache/sst_salvage.h"
 #include "engine/task/cache_key.h"
 
@@ -136,6 +137,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::OpenOnce(const std::filesyst
   // Per-file checksums recorded in the MANIFEST (and what VerifyFileChecksums() needs).
   db_options.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
   db_options.max_background_jobs = 2;
+  // RocksDB's own LOG writer aborts on the first line after a failed append (a full disk).
+  db_options.info_log = TolerantInfoLog::Open(path / "LOG", options.log);
   // Every generation of the tasks and blob-metadata families there is (a switch interrupted by a
   // crash may leave two); a new database gets the base names.
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
