@@ -23,7 +23,7 @@ absl::StatusOr<const CudaPlugin*> LoadCudaPlugin() {
       []() -> absl::StatusOr<const CudaPlugin*> {
     std::string errors;
     // MANYSHOT_CUDA_PLUGIN names another build of the plugin to load instead (the tests' build
-    // of the CUDA backend on the SIMT emulator, tests/simt); it is the only one tried then.
+    // of the CUDA backend on the SIMT emulator, testing/simt); it is the only one tried then.
     const char* chosen = std::getenv("MANYSHOT_CUDA_PLUGIN");
     std::vector<const char*> paths = {MANYSHOT_CUDA_PLUGIN_PATH, "libmanyshot_cuda.so"};
     if (chosen != nullptr && *chosen != '\0') paths = {chosen};

@@ -1,6 +1,6 @@
 // Kernel launches as one C++ function call instead of `kernel<<<grid, block, smem, stream>>>(...)`.
 //
-// Why: `<<<...>>>` is nvcc syntax, not C++. The SIMT emulation build (tests/simt) compiles the
+// Why: `<<<...>>>` is nvcc syntax, not C++. The SIMT emulation build (testing/simt) compiles the
 // kernel sources as plain C++ against stand-in CUDA headers and can only run a launch that goes
 // through cudaLaunchKernel with a typed kernel pointer, from which it recovers the parameter
 // types. Launch() is that one launch path, for nvcc (the runtime's `cudaLaunchKernel(const T*

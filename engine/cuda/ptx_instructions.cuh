@@ -2,14 +2,14 @@
 // cp.async, the SFU exp2), and the kernels' dynamic shared memory, behind small device
 // functions: one place that says what each instruction is asked to do.
 //
-// Built with MANYSHOT_SIMT_EMULATION (the CPU test build of tests/simt, which compiles the
-// kernels as plain C++), the same functions come from tests/simt/ptx_instructions.h instead,
+// Built with MANYSHOT_SIMT_EMULATION (the CPU test build of testing/simt, which compiles the
+// kernels as plain C++), the same functions come from testing/simt/ptx_instructions.h instead,
 // which executes each instruction as the PTX ISA defines it, so the kernels' logic is checked on
 // machines without a GPU. Included by .cu files only.
 #pragma once
 
 #if defined(MANYSHOT_SIMT_EMULATION)
-#include "tests/simt/ptx_instructions.h"
+#include "testing/simt/ptx_instructions.h"
 #else
 
 #include <cuda_bf16.h>

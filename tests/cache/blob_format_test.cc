@@ -59,7 +59,7 @@ TEST(BlobFormatTest, ChunkKeysSortInChunkOrder) {
   EXPECT_EQ(ChunkKey("k", 0).size(), 9u);
 }
 
-// On the CPU, and on the CUDA backend's code on the SIMT emulator (tests/simt), whose pinned path
+// On the CPU, and on the CUDA backend's code on the SIMT emulator (testing/simt), whose pinned path
 // copies out of page-locked buffers into device memory asynchronously.
 void ExpectChunksReassembleBitExact(Backend& backend) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {

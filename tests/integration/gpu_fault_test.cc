@@ -1,5 +1,5 @@
-// A GPU fault stops the replica instead of poisoning it, on tests/simt's emulated CUDA plugin:
-// a kernel that faults (an injected illegal address: SIMT_FAULT_FILE, tests/simt/README.md) kills
+// A GPU fault stops the replica instead of poisoning it, on testing/simt's emulated CUDA plugin:
+// a kernel that faults (an injected illegal address: SIMT_FAULT_FILE, testing/simt/README.md) kills
 // the emulated context as it kills a real one, the call that hit it fails INTERNAL naming the
 // error, gRPC health turns NOT_SERVING, the log says why, and the server drains and exits with
 // status 3 (server/device_watch.h), so an orchestrator restarts it; the restarted replica serves

@@ -3,7 +3,7 @@
 // tier, a task evicted from the GPU budget comes back from the pinned host tier and, after a
 // restart, from disk through pinned staging, and every score equals the CPU server's (f32 compute
 // and K/V on both sides). Two instantiations:
-//   SimtCuda/  tests/simt's build of the CUDA plugin (MANYSHOT_CUDA_SIMT_PLUGIN): the same
+//   SimtCuda/  testing/simt's build of the CUDA plugin (MANYSHOT_CUDA_SIMT_PLUGIN): the same
 //              cuda_backend.cc, kernels and plugin entry point as libmanyshot_cuda.so on the SIMT
 //              emulator, a stand-in CUDA runtime and cuBLASLt, with deferred streams. Runs on
 //              every machine.
@@ -97,7 +97,7 @@ void ExpectSameScores(const std::vector<double>& got, const std::vector<double>&
 // Each test skips where its device cannot run: no CUDA backend in this build, or (for "cuda") no
 // usable GPU, asked through the factory the server uses before any server starts. The emulator
 // runs each stream's work only when the server waits for it, as a GPU may
-// (tests/simt/include/cuda_runtime.h): a missing wait shows as wrong scores.
+// (testing/simt/include/cuda_runtime.h): a missing wait shows as wrong scores.
 class GpuServerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

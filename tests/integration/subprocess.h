@@ -67,7 +67,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// The emulated CUDA plugin (tests/simt) for the servers started in this scope, with deferred
+// The emulated CUDA plugin (testing/simt) for the servers started in this scope, with deferred
 // streams (SIMT_DEFERRED_STREAMS: a stream's work runs when the server waits for it).
 struct ScopedEmulatedCudaPlugin {
   explicit ScopedEmulatedCudaPlugin(const char* plugin_path)

@@ -201,7 +201,7 @@ TEST(T5ServerTest, FirstLayerStatesCountAgainstTheMemoryBudget) {
 }
 
 // A SAICL task on --backend=cuda without a GPU (the CUDA plugin built on the SIMT emulator,
-// tests/simt; GpuServerTest does the same for a decoder-only model): its scores equal the
+// testing/simt; GpuServerTest does the same for a decoder-only model): its scores equal the
 // CPU server's, and its first-layer states count against --gpu_memory_budget_bytes.
 TEST(T5ServerTest, ASaiclTaskOnTheEmulatedCudaBackendScoresAsOnTheCpu) {
 #if !MANYSHOT_CUDA_ENABLED

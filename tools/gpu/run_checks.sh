@@ -4,7 +4,7 @@
 #   tools/gpu/run_checks.sh BUNDLE_DIR [tests|bench|sanitize|all]
 # sanitize: compute-sanitizer's memcheck, racecheck and synccheck over the Cuda* suites, when the
 # host has it (else reported as skipped), each run bounded like the benchmarks.
-# Rehearsal without a GPU: MANYSHOT_CUDA_PLUGIN=build/tests/simt/libmanyshot_cuda_simt.so runs the
+# Rehearsal without a GPU: MANYSHOT_CUDA_PLUGIN=build/testing/simt/libmanyshot_cuda_simt.so runs the
 # tests on the emulated plugin (the benchmarks' references are too large for the emulator).
 set -uo pipefail
 bundle=$(cd "${1:?bundle dir}" && pwd)

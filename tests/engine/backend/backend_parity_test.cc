@@ -17,9 +17,9 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/model/arch_traits.h"
 #include "engine/model/rope_scaling.h"
+#include "testing/simt/simt.h"  // the emulator's knobs (simt-cuda)
 #include "tests/engine/backend/backend_test_util.h"
 #include "tests/engine/support/golden_models.h"
-#include "tests/simt/simt.h"  // the emulator's knobs (simt-cuda)
 
 namespace manyshot::testing {
 namespace {
@@ -633,7 +633,7 @@ TEST_P(BackendParityTest, AlibiOwnAndContextMatchTheCpu) {
   }
 }
 
-// The same CUDA backend code on the SIMT emulator (tests/simt), on every machine.
+// The same CUDA backend code on the SIMT emulator (testing/simt), on every machine.
 INSTANTIATE_TEST_SUITE_P(SimtCuda, BackendParityTest,
                          ::testing::Values(ParityCase{"simt-cuda", DType::kF32},
                                            ParityCase{"simt-cuda", DType::kBF16},

@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "engine/cuda/cuda_backend.h"  // CreateCudaBackend, here from tests/simt (emulated)
+#include "engine/cuda/cuda_backend.h"  // CreateCudaBackend, here from testing/simt (emulated)
 #include "engine/model/arch_traits.h"
 #include "engine/model/synthetic/tiny_model.h"
 #include "gtest/gtest.h"
@@ -109,7 +109,7 @@ Backend* NamedTestBackend(const std::string& backend, std::string* why_not) {
   // created, so a backend destroyed by a static's destructor after it would call into a runtime
   // that is gone (on the emulator that was a double free at exit, after every test had passed).
   if (backend == "simt-cuda") {
-    // The CUDA backend's own code on the SIMT emulator (tests/simt): runs everywhere.
+    // The CUDA backend's own code on the SIMT emulator (testing/simt): runs everywhere.
     static Backend* emulated = [] {
       auto created = CreateCudaBackend(0);
       EXPECT_TRUE(created.ok()) << created.status();

@@ -85,7 +85,7 @@ class ModelBackendTest : public ::testing::TestWithParam<ModelOnBackend> {
 
 // Instantiates a ModelBackendTest suite for every family on the CPU, again under the prefix
 // Cuda on the CUDA backend (those tests carry the ctest label gpu: tests/CMakeLists.txt), and
-// under SimtCuda on the same CUDA backend code running on the SIMT emulator (tests/simt: every
+// under SimtCuda on the same CUDA backend code running on the SIMT emulator (testing/simt: every
 // machine runs those).
 #define MANYSHOT_INSTANTIATE_ON_EVERY_BACKEND(suite)                                              \
   INSTANTIATE_TEST_SUITE_P(AllFamilies, suite,                                                    \

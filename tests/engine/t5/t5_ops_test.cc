@@ -294,7 +294,7 @@ TEST(CudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
   ExpectT5OpsMatchCpu(NamedTestBackend("cuda", nullptr));
 }
 
-// The same CUDA backend code on the SIMT emulator (tests/simt), on every machine.
+// The same CUDA backend code on the SIMT emulator (testing/simt), on every machine.
 TEST(SimtCudaT5OpsTest, GeGluReluAndAttendBiasedMatchCpu) {
   Backend* emulated = NamedTestBackend("simt-cuda", nullptr);
   ASSERT_NE(emulated, nullptr);

@@ -3,7 +3,7 @@
 // up before the heuristic is host-side: the matmul descriptor and its attributes (transposes, the
 // bias epilogue and its pointer), the three matrix layouts and the preference's workspace and
 // alignment attributes. The library checks each attribute's id, type and size, so this is the
-// real ABI check the emulated cuBLASLt (tests/simt) cannot give. The heuristic needs a handle,
+// real ABI check the emulated cuBLASLt (testing/simt) cannot give. The heuristic needs a handle,
 // and a handle needs a GPU: without one it must be the first call to fail; with one, every plan
 // must be created.
 #include <cublasLt.h>

@@ -1,7 +1,7 @@
 // A SIMT emulator for checking CUDA kernels on machines without a GPU.
 //
 // The kernel sources (engine/cuda/*.cu) are compiled as plain C++ against the stand-in CUDA
-// headers in tests/simt/include, and a launch runs every CUDA thread of a block as a fiber on the
+// headers in testing/simt/include, and a launch runs every CUDA thread of a block as a fiber on the
 // calling OS thread, block after block. A fiber runs until it reaches a point where real hardware
 // would make it wait for others: __syncthreads() (every thread of the block), or a warp-collective
 // instruction (__shfl_xor_sync, __syncwarp, mma.sync, ldmatrix: every lane of its warp). When all

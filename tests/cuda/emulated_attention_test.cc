@@ -23,8 +23,8 @@
 #include "cuda_runtime.h"
 #include "engine/core/dtype.h"
 #include "engine/cuda/attention_kernels.h"
-#include "tests/simt/device_buffer.h"
-#include "tests/simt/simt.h"
+#include "testing/simt/simt.h"
+#include "tests/cuda/device_buffer.h"
 
 namespace {
 

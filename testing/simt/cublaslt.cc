@@ -11,7 +11,7 @@
 
 #include "cublasLt.h"
 #include "engine/core/dtype.h"
-#include "tests/simt/simt.h"
+#include "testing/simt/simt.h"
 
 struct cublasLtContext {
   int unused = 0;

@@ -1,5 +1,5 @@
-// Stand-in for cublasLt.h in the SIMT emulation build (tests/simt/simt.h): the part of cuBLASLt
-// the CUDA backend uses, computed on the host by tests/simt/cublaslt.cc with the library's
+// Stand-in for cublasLt.h in the SIMT emulation build (testing/simt/simt.h): the part of cuBLASLt
+// the CUDA backend uses, computed on the host by testing/simt/cublaslt.cc with the library's
 // column-major semantics, and strict about what the library requires (matching types and
 // dimensions, leading dimensions, the alignments promised to the heuristic).
 #pragma once

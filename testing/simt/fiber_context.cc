@@ -1,5 +1,5 @@
 // See fiber_context.h.
-#include "tests/simt/fiber_context.h"
+#include "testing/simt/fiber_context.h"
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 // The emulator itself (simt.h): collectives, barriers, cp.async ordering and the checks that
 // turn kernel bugs into launch errors.
-#include "tests/simt/simt.h"
+#include "testing/simt/simt.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "cuda_runtime.h"
 #include "engine/core/dtype.h"
 #include "engine/cuda/launch.cuh"
-#include "tests/simt/ptx_instructions.h"
+#include "testing/simt/ptx_instructions.h"
 
 namespace {
 

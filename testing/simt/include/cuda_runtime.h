@@ -1,4 +1,4 @@
-// Stand-in for the CUDA runtime header in the SIMT emulation build (tests/simt/simt.h): the
+// Stand-in for the CUDA runtime header in the SIMT emulation build (testing/simt/simt.h): the
 // qualifiers, built-ins, math functions and the part of the runtime API that the kernels of
 // engine/cuda use, implemented on the emulator. Found before the toolkit's headers, which the
 // emulation build never sees.
@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "tests/simt/simt.h"
+#include "testing/simt/simt.h"
 
 #define __global__
 #define __device__
@@ -268,7 +268,7 @@ cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** arg
   });
 }
 
-// ---- host-side runtime API (tests/simt/runtime.cc): one device, the emulator; streams run their
+// ---- host-side runtime API (testing/simt/runtime.cc): one device, the emulator; streams run their
 // work at once or deferred (simt::DeferredStreams above). Memory copies check, at the call, that
 // the pointers are where their kind says (device memory is what cudaMalloc and cudaMallocAsync
 // returned). ----

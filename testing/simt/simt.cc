@@ -1,5 +1,5 @@
 // The SIMT emulator's scheduler (see simt.h): one fiber per CUDA thread of a block.
-#include "tests/simt/simt.h"
+#include "testing/simt/simt.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "tests/simt/fiber_context.h"
+#include "testing/simt/fiber_context.h"
 
 uint3 threadIdx = {0, 0, 0};
 uint3 blockIdx = {0, 0, 0};
