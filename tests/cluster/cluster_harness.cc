@@ -17,9 +17,9 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "tests/integration/loopback_port.h"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/loopback_port.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

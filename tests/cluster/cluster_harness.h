@@ -14,7 +14,7 @@
 
 #include "grpcpp/channel.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/server_under_test.h"
+#include "testing/harness/server_under_test.h"
 
 namespace manyshot::testing {
 

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "testing/harness/subprocess.h"
 #include "tests/cluster/cluster_harness.h"
-#include "tests/integration/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

@@ -14,8 +14,8 @@
 #include "cache/shared/shared_kv.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

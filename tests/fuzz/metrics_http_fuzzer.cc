@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "prometheus/counter.h"
 #include "server/metrics.h"
+#include "testing/harness/server_under_test.h"
 #include "tests/fuzz/fuzz_support.h"
-#include "tests/integration/server_under_test.h"
 
 namespace manyshot::fuzz {
 namespace {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

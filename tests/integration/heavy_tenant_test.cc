@@ -11,10 +11,10 @@
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/service_client.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/service_client.h"
+#include "testing/harness/subprocess.h"
 #include "tests/integration/tiny_t5_model.h"
 
 namespace manyshot::testing {

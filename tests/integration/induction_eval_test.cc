@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/integration/server_under_test.h"
+#include "testing/harness/server_under_test.h"
 
 namespace manyshot::testing {
 namespace {

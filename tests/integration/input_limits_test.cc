@@ -7,10 +7,10 @@
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/error_details.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/service_client.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/error_details.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/service_client.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

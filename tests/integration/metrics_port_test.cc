@@ -7,8 +7,8 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/server_under_test.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/server_under_test.h"
 
 namespace manyshot::testing {
 namespace {

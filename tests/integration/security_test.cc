@@ -9,10 +9,10 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/auth_channel.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/service_client.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/auth_channel.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/service_client.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

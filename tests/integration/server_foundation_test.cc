@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/server_under_test.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/server_under_test.h"
 
 namespace manyshot::testing {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/server_under_test.h"
+#include "testing/harness/server_under_test.h"
 
 namespace manyshot::testing {
 namespace {

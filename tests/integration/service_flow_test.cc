@@ -5,9 +5,9 @@
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/service_client.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/service_client.h"
 
 namespace manyshot::testing {
 namespace {

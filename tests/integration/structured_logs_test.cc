@@ -9,8 +9,8 @@
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/service_client.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/service_client.h"
 
 namespace manyshot::testing {
 namespace {

@@ -15,10 +15,10 @@
 
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/service_client.h"
 #include "tests/cache/support/sst_damage.h"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/service_client.h"
 
 namespace manyshot::testing {
 namespace {

@@ -2,8 +2,8 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/harness/subprocess.h"
 #include "tests/engine/support/unigram_tokenizer_json.h"
-#include "tests/integration/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

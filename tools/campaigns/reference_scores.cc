@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "tests/integration/service_client.h"
+#include "testing/harness/service_client.h"
 
 namespace manyshot::campaign {
 

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "tests/integration/service_client.h"
+#include "testing/harness/service_client.h"
 
 namespace manyshot::campaign {
 namespace {

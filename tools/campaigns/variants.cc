@@ -1,6 +1,6 @@
 #include "tools/campaigns/variants.h"
 
-#include "tests/integration/service_client.h"
+#include "testing/harness/service_client.h"
 
 namespace manyshot::campaign {
 namespace {

@@ -29,10 +29,10 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-#include "tests/integration/loopback_port.h"
-#include "tests/integration/prometheus_text.h"
-#include "tests/integration/server_under_test.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/loopback_port.h"
+#include "testing/harness/prometheus_text.h"
+#include "testing/harness/server_under_test.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 namespace {

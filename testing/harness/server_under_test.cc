@@ -1,4 +1,4 @@
-#include "tests/integration/server_under_test.h"
+#include "testing/harness/server_under_test.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

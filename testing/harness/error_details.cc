@@ -1,4 +1,4 @@
-#include "tests/integration/error_details.h"
+#include "testing/harness/error_details.h"
 
 #include "google/rpc/error_details.pb.h"
 

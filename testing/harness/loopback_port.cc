@@ -1,4 +1,4 @@
-#include "tests/integration/loopback_port.h"
+#include "testing/harness/loopback_port.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

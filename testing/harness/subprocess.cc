@@ -1,4 +1,4 @@
-#include "tests/integration/subprocess.h"
+#include "testing/harness/subprocess.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "tests/integration/service_client.h"
+#include "testing/harness/service_client.h"
 
 namespace manyshot::testing {
 

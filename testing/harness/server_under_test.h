@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "grpcpp/channel.h"
-#include "tests/integration/subprocess.h"
+#include "testing/harness/subprocess.h"
 
 namespace manyshot::testing {
 

@@ -1,4 +1,4 @@
-#include "tests/integration/auth_channel.h"
+#include "testing/harness/auth_channel.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "tests/integration/prometheus_text.h"
+#include "testing/harness/prometheus_text.h"
 
 #include <cmath>
 #include <cstdlib>
