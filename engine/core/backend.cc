@@ -431,6 +431,12 @@ void Backend::Relu(const Tensor& x) {
       [&] { return x.numel() == 0 ? absl::OkStatus() : ReluImpl(x); });
 }
 
+void Backend::Scale(const Tensor& x, float factor) {
+  Dispatch(
+      "Scale", [&](Checker& c) { c.Defined(x, "x").On(x, device(), "x").Float(x, "x"); },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : ScaleImpl(x, factor); });
+}
+
 void Backend::SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
   Dispatch(
       "SplitQkv",

@@ -73,6 +73,10 @@ struct AttentionSequence {
   // so its position is positions[kv_len - q_len + r]. Every sequence of a call sets both or none.
   const Tensor* alibi_slopes = nullptr;
   const Tensor* positions = nullptr;
+  // Soft-capping (Gemma 2's attn_logit_softcapping): when > 0, every logit scale * q.k becomes
+  // cap * tanh(logit / cap) before log-weights, ALiBi and masks are added, for own and context
+  // keys alike. Every sequence of a call sets the same value.
+  float logit_softcap = 0.0f;
 };
 
 // Keys/values shared by every sequence of the call (a task's encoded demonstrations), attended
@@ -192,7 +196,8 @@ class Backend {
   // out = gelu_tanh(gate) * up, gate_up laid out as for SwiGlu (T5 v1.1's "gated-gelu": HF's
   // gelu_new is the tanh approximation, as GeluTanh).
   void GeGlu(const Tensor& gate_up, const Tensor& out);
-  void Relu(const Tensor& x);  // in place: max(x, 0)
+  void Relu(const Tensor& x);                 // in place: max(x, 0)
+  void Scale(const Tensor& x, float factor);  // in place: x * factor (Gemma's embeddings)
   // Splits the columns of qkv [T, q + k + v] into q [T, ...], k, v (each contiguous).
   void SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v);
   void Add(const Tensor& x, const Tensor& y);  // x += y
@@ -245,6 +250,7 @@ class Backend {
   virtual absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
   virtual absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) = 0;
   virtual absl::Status ReluImpl(const Tensor& x) = 0;
+  virtual absl::Status ScaleImpl(const Tensor& x, float factor) = 0;
   virtual absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
                                     const Tensor& v) = 0;
   virtual absl::Status AddImpl(const Tensor& x, const Tensor& y) = 0;

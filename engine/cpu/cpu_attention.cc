@@ -9,6 +9,7 @@
 //            logits of keys at index >= weighted_from; a decode row (one new token) with the
 //            split-K kernel of cpu_decode_attention.h.
 // Both add ALiBi's slope * (key position - query position) when the sequences carry slopes.
+// Soft-capped logits (Gemma 2) and ALiBi take the tiled path here, never the Highway kernels.
 #include <cblas.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@ struct KeyRule {
   const int32_t* key_pos = nullptr;    // by key index; nullptr = no ALiBi
   const int32_t* query_pos = nullptr;  // by row of the AttendTile call
   float slope = 0.0f;
+  float softcap = 0.0f;  // > 0: scaled logits become softcap * tanh(logit / softcap) first
 };
 
 // The ALiBi slope of `head`, or 0 without ALiBi.
@@ -75,6 +77,10 @@ void AttendTile(const float* q, int64_t q_ld, int64_t rows, const float* k, cons
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * tile;
     const int64_t visible = rule.limit ? std::clamp<int64_t>(rule.limit[r] - j0, 0, tile) : tile;
+    if (rule.softcap > 0.0f) {  // in locals, as below, so that the loop vectorises
+      const float cap = rule.softcap, inv_cap = 1.0f / rule.softcap;
+      for (int64_t j = 0; j < visible; ++j) sr[j] = cap * vmath::Tanh(sr[j] * inv_cap);
+    }
     for (int64_t j = visible; j < tile; ++j) sr[j] = kNegInf;
     const int64_t wfrom = std::clamp<int64_t>(rule.weighted_from - j0, 0, visible);
     if (rule.log_weight != 0.0f) {
@@ -205,7 +211,8 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
   // A decode row (one new token) goes to the split-K kernel (cpu_decode_attention.h), which reads
   // its K/V once in their storage dtype; the rest are tiled below.
   auto one_token = [&](const AttentionSequence& seq) {
-    return seq.q_len == 1 && seq.alibi_slopes == nullptr && cpu_internal::DecodeKernelSupports(dim);
+    return seq.q_len == 1 && seq.alibi_slopes == nullptr && seq.logit_softcap == 0.0f &&
+           cpu_internal::DecodeKernelSupports(dim);
   };
   for (const AttentionSequence& seq : sequences) {
     if (!one_token(seq)) continue;
@@ -255,6 +262,7 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
     rule.limit = limits;
     rule.weighted_from = seq.weighted_from;
     rule.log_weight = seq.own_log_weight;
+    rule.softcap = seq.logit_softcap;
     if (seq.alibi_slopes != nullptr) {
       rule.key_pos = seq.positions->data<int32_t>();
       rule.query_pos = rule.key_pos + base + it.r0;
@@ -287,6 +295,7 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
   std::vector<int64_t> rows_seeing;
   std::vector<int32_t> row_positions;
   const bool alibi = !sequences.empty() && sequences.front().alibi_slopes != nullptr;
+  const float softcap = sequences.empty() ? 0.0f : sequences.front().logit_softcap;
   for (const auto& seq : sequences) {
     const int64_t base = seq.kv_len - seq.q_len;
     for (int64_t r = 0; r < seq.q_len; ++r) {
@@ -311,7 +320,7 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
     std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
   }
   constexpr int64_t kRowChunk = 1024;
-  if (!alibi && cpu_internal::ContextKernelSupports(dim)) {
+  if (!alibi && softcap == 0.0f && cpu_internal::ContextKernelSupports(dim)) {
     if (n * group <= cpu_internal::kSplitKeysMaxRows) {
       // Few rows (a query or two): threads split the keys and stream whole key rows.
       cpu_internal::AttendContextSplitKeys(*pool_, gq.data(), n, heads, *context.k, *context.v,
@@ -361,6 +370,7 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
       OnlineSoftmax& state = states[thread];
       state.Reset(rows, dim);
       KeyRule rule;
+      rule.softcap = softcap;
       if (alibi) {
         rule.key_pos = context.positions->data<int32_t>();
         rule.slope = AlibiSlope(sequences.front(), it.head);

@@ -52,7 +52,8 @@ class CpuBackend final : public Backend {
   absl::Status GeluErfImpl(const Tensor& x) override;
   absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) override;
   absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;  // cpu_glu_relu.cc
-  absl::Status ReluImpl(const Tensor& x) override;                            // cpu_glu_relu.cc
+  absl::Status ReluImpl(const Tensor& x) override;
+  absl::Status ScaleImpl(const Tensor& x, float factor) override;  // cpu_glu_relu.cc
   absl::Status SplitQkvImpl(const Tensor& qkv, const Tensor& q, const Tensor& k,
                             const Tensor& v) override;
   absl::Status AddImpl(const Tensor& x, const Tensor& y) override;

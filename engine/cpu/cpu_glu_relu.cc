@@ -1,5 +1,6 @@
-// GeGlu and Relu on the CPU (T5's feed-forward activations), beside the other elementwise ops in
-// cpu_backend.cc; the same row partitioning and vectorisable math (vector_math.h).
+// GeGlu and Relu on the CPU (T5's and Gemma's feed-forward activations) and Scale, beside the other
+// elementwise ops in cpu_backend.cc; the same row partitioning and vectorisable math
+// (vector_math.h).
 #include <algorithm>
 
 #include "engine/cpu/cpu_backend.h"
@@ -33,6 +34,17 @@ absl::Status CpuBackend::ReluImpl(const Tensor& x) {
   ParallelRows(*pool_, n / 1024 + 1, 1024, [&](int64_t b, int64_t e) {
     const int64_t end = std::min(n, e * 1024);
     for (int64_t i = b * 1024; i < end; ++i) p[i] = std::max(p[i], 0.0f);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ScaleImpl(const Tensor& x, float factor) {
+  if (auto st = RequireF32("Scale", {&x}); !st.ok()) return st;
+  const int64_t n = x.numel();
+  float* p = x.data<float>();
+  ParallelRows(*pool_, n / 1024 + 1, 1024, [&](int64_t b, int64_t e) {
+    const int64_t end = std::min(n, e * 1024);
+    for (int64_t i = b * 1024; i < end; ++i) p[i] *= factor;
   });
   return absl::OkStatus();
 }

@@ -89,6 +89,8 @@ struct KernelParams {
   ElemType q_type;
   ElemType o_type;
   float scale_log2;                           // scale * log2(e)
+  float cap_log2;                             // soft-capping: softcap * log2(e); 0: none
+  float dot_to_capped;                        // soft-capping: scale / softcap
   int32_t tile_start[kMaxAttnSequences + 1];  // prefix sum of M tiles per problem
   Problem problems[kMaxAttnSequences];
   RowMap rows;  // context: compact row -> q row (own problems use q_begin + c)
@@ -166,6 +168,17 @@ __device__ __forceinline__ int FindProblem(const KernelParams& p, int x) {
   }
   return lo;
 }
+
+// Gemma 2's soft-capping of a logit, in log2 units: softcap * tanh(scale * dot / softcap) *
+// log2(e). The flag is uniform over the launch, so the branch never diverges.
+struct SoftCap {
+  float cap_log2;
+  float dot_to_capped;
+  __device__ __forceinline__ bool on() const { return cap_log2 > 0.0f; }
+  __device__ __forceinline__ float operator()(float dot) const {
+    return cap_log2 * tanhf(dot * dot_to_capped);
+  }
+};
 
 // The key range [kb, ke) of this block, and mask_from: keys >= mask_from may be masked for some
 // row of the tile (own: the causal limit of its first row; context: the range end), so tiles
@@ -371,6 +384,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
     }
   }
   const float scale_log2 = p.scale_log2;
+  const SoftCap cap{p.cap_log2, p.dot_to_capped};
   const float w_log2 = kOwn ? pr.log2_weight : 0.0f;
   const int w_from = kOwn ? pr.weighted_from : 0;
 
@@ -463,7 +477,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int j = n0s + nt * 8 + (lane & 3) * 2 + (e & 1);
-              float x = s[mi][nt][e] * scale_log2;
+              float x = cap.on() ? cap(s[mi][nt][e]) : s[mi][nt][e] * scale_log2;
               if constexpr (kOwn) x += j >= w_from ? w_log2 : 0.0f;
               s[mi][nt][e] = j < lim[mi][e >> 1] ? x : NegInf();
             }
@@ -475,7 +489,10 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
 #pragma unroll
           for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[mi][nt][e] = fmaf(s[mi][nt][e], scale_log2, bias);
+            for (int e = 0; e < 4; ++e) {
+              s[mi][nt][e] =
+                  cap.on() ? cap(s[mi][nt][e]) + bias : fmaf(s[mi][nt][e], scale_log2, bias);
+            }
           }
         }
       }
@@ -655,6 +672,7 @@ __global__ void __launch_bounds__(kGenThreads)
     for (int t = 0; t < kLaneDims; ++t) o[rr][t] = 0.0f;
   }
   const float scale_log2 = p.scale_log2;
+  const SoftCap cap{p.cap_log2, p.dot_to_capped};
   const float w_log2 = kOwn ? pr.log2_weight : 0.0f;
   const int w_from = kOwn ? pr.weighted_from : 0;
   const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * dim;
@@ -672,7 +690,8 @@ __global__ void __launch_bounds__(kGenThreads)
     const float bias = (kOwn && j >= w_from) ? w_log2 : 0.0f;
 #pragma unroll
     for (int rr = 0; rr < kGenRows; ++rr) {
-      const float x = j < lim[rr] ? fmaf(sc[rr], scale_log2, bias) : NegInf();
+      const float x =
+          j < lim[rr] ? (cap.on() ? cap(sc[rr]) + bias : fmaf(sc[rr], scale_log2, bias)) : NegInf();
       s_p[(row0 + rr) * kGenBn + lane] = OnlineSoftmaxStep(x, m_run[rr], l_run[rr], o[rr]);
     }
     __syncwarp();
@@ -975,6 +994,10 @@ void FillCommon(const AttnParams& p, KernelParams& kp) {
   kp.q_type = p.q_type;
   kp.o_type = p.o_type;
   kp.scale_log2 = p.scale * kLog2e;
+  if (p.softcap > 0.0f) {
+    kp.cap_log2 = p.softcap * kLog2e;
+    kp.dot_to_capped = p.scale / p.softcap;
+  }
 }
 
 cudaError_t LaunchFinalize(const AttnParams& p, const RowMap& rows, const float* part_o,

@@ -43,6 +43,9 @@ struct AttnParams {
   int32_t kv_heads = 0;
   int32_t head_dim = 0;  // any value in [1, 256]; fast paths for 64, 80, 128
   float scale = 1.0f;
+  // > 0: every logit scale * q.k becomes softcap * tanh(logit / softcap) before log-weights and
+  // masks (Gemma 2's attn_logit_softcapping), own and context keys alike.
+  float softcap = 0.0f;
   void* o = nullptr;
   ElemType o_type = ElemType::kF32;
   float* lse = nullptr;

@@ -610,6 +610,7 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
   p.heads = static_cast<int32_t>(heads);
   p.head_dim = static_cast<int32_t>(head_dim);
   p.scale = scale;
+  p.softcap = sequences.empty() ? 0.0f : sequences.front().logit_softcap;
   p.o = out.o.raw();
   p.o_type = ElemTypeOf(out.o.dtype());
   p.lse = out.lse.data<float>();

@@ -211,6 +211,7 @@ class CudaBackend final : public Backend {
   // cuda_t5_ops.cc
   absl::Status GeGluImpl(const Tensor& gate_up, const Tensor& out) override;
   absl::Status ReluImpl(const Tensor& x) override;
+  absl::Status ScaleImpl(const Tensor& x, float factor) override;
   // cuda_biased_attention.cc
   absl::Status AttendBiasedImpl(const Tensor& q,
                                 absl::Span<const BiasedAttentionSequence> sequences, float scale,

@@ -1,6 +1,6 @@
-// The ops T5 added to the backend seam on CUDA: GeGlu and Relu run the elementwise kernels
-// (elementwise_kernels.cu). The third, AttendBiased, is in cuda_biased_attention.cc (the kernel of
-// biased_attention_kernels.cu, which ALiBi attention shares).
+// The ops T5 and Gemma added to the backend seam on CUDA: GeGlu, Relu and Scale run the elementwise
+// kernels (elementwise_kernels.cu). The third, AttendBiased, is in cuda_biased_attention.cc (the
+// kernel of biased_attention_kernels.cu, which ALiBi attention shares).
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/cuda/elementwise_kernels.h"
 
@@ -21,6 +21,13 @@ absl::Status CudaBackend::ReluImpl(const Tensor& x) {
   if (!state.ok()) return state.status();
   return CudaCheck("Relu",
                    cuda::LaunchRelu(x.raw(), ElemTypeOf(x.dtype()), x.numel(), (*state)->stream));
+}
+
+absl::Status CudaBackend::ScaleImpl(const Tensor& x, float factor) {
+  auto state = context_->State();
+  if (!state.ok()) return state.status();
+  return CudaCheck("Scale", cuda::LaunchScale(x.raw(), ElemTypeOf(x.dtype()), x.numel(), factor,
+                                              (*state)->stream));
 }
 
 }  // namespace manyshot

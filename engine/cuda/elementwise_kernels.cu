@@ -389,6 +389,11 @@ struct ReluOp {
   __device__ float operator()(float v) const { return v < 0.0f ? 0.0f : v; }
 };
 
+struct ScaleOp {
+  float factor;
+  __device__ float operator()(float v) const { return v * factor; }
+};
+
 // The gate activations of the gated MLPs: SwiGlu (silu) and GeGlu (tanh-approximated GELU).
 struct SiluOp {
   __device__ float operator()(float v) const { return v / (1.0f + expf(-v)); }
@@ -720,6 +725,10 @@ cudaError_t LaunchRelu(void* x, ElemType type, int64_t n, cudaStream_t stream) {
     return Launch(UnaryKernel<T, 1, ReluOp>, BlocksFor(n, kThreads), kThreads, 0, stream,
                   static_cast<T*>(x), n, ReluOp{});
   });
+}
+
+cudaError_t LaunchScale(void* x, ElemType type, int64_t n, float factor, cudaStream_t stream) {
+  return LaunchUnary(x, type, n, ScaleOp{factor}, stream);
 }
 
 cudaError_t LaunchAdd(void* x, const void* y, ElemType type, int64_t n, cudaStream_t stream) {

@@ -72,6 +72,8 @@ cudaError_t LaunchGeGlu(const void* gate_up, void* out, ElemType type, int64_t r
 
 // x = max(x, 0) in place.
 cudaError_t LaunchRelu(void* x, ElemType type, int64_t n, cudaStream_t stream);
+// x[i] *= factor in place (f32 math, rounded once to the type).
+cudaError_t LaunchScale(void* x, ElemType type, int64_t n, float factor, cudaStream_t stream);
 
 // x[i] += y[i] for i < n.
 cudaError_t LaunchAdd(void* x, const void* y, ElemType type, int64_t n, cudaStream_t stream);

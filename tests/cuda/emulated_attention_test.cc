@@ -47,14 +47,15 @@ struct Case {
   std::vector<Seq> seqs;
   int context_len = -1;  // >= 0: AttendContext over a shared context of this many keys
   ElemType o_type = ElemType::kF32;
-  size_t misalign = 0;  // bytes added to the K/V addresses (16-bit K/V: 2 leaves the fast path)
-  int sms = 132;        // device size the runtime reports (small: fewer splits)
+  size_t misalign = 0;   // bytes added to the K/V addresses (16-bit K/V: 2 leaves the fast path)
+  int sms = 132;         // device size the runtime reports (small: fewer splits)
+  float softcap = 0.0f;  // > 0: logits soft-capped (Gemma 2)
 };
 
 // Softmax attention of one q row over keys [0, n) of (k, v) at kv head kvh, in double.
 void Reference(const Buffer& q, int64_t q_off, const Buffer& k, const Buffer& v, int kvh,
                int kv_heads, int dim, int n, double scale, int weighted_from, double weight,
-               std::vector<double>& o, double& lse) {
+               double softcap, std::vector<double>& o, double& lse) {
   o.assign(dim, 0.0);
   if (n <= 0) {
     lse = -std::numeric_limits<double>::infinity();
@@ -66,7 +67,9 @@ void Reference(const Buffer& q, int64_t q_off, const Buffer& k, const Buffer& v,
     double dot = 0.0;
     const int64_t kb = (static_cast<int64_t>(j) * kv_heads + kvh) * dim;
     for (int d = 0; d < dim; ++d) dot += q.Get(q_off + d) * k.Get(kb + d);
-    logit[j] = scale * dot + (j >= weighted_from ? weight : 0.0);
+    double capped = scale * dot;
+    if (softcap > 0.0) capped = softcap * std::tanh(capped / softcap);
+    logit[j] = capped + (j >= weighted_from ? weight : 0.0);
     mx = std::max(mx, logit[j]);
   }
   double sum = 0.0;
@@ -116,6 +119,7 @@ void RunCase(const Case& c, simt::Order order,
   p.kv_heads = c.kv_heads;
   p.head_dim = dim;
   p.scale = 2.0f / std::sqrt(static_cast<float>(dim));  // sharper than 1/sqrt(d): a real max
+  p.softcap = c.softcap;
   p.o = o.p;
   p.o_type = c.o_type;
   p.lse = static_cast<float*>(lse.p);
@@ -156,12 +160,12 @@ void RunCase(const Case& c, simt::Order order,
         double ref_lse;
         if (context) {
           const int n = own >= s.context_from ? c.context_len : 0;
-          Reference(q, off * dim, ks[0], vs[0], h / group, c.kv_heads, dim, n, p.scale, 0, 0.0, ref,
-                    ref_lse);
+          Reference(q, off * dim, ks[0], vs[0], h / group, c.kv_heads, dim, n, p.scale, 0, 0.0,
+                    c.softcap, ref, ref_lse);
         } else {
           Reference(q, off * dim, ks[i], vs[i], h / group, c.kv_heads, dim,
-                    std::min(own + 1, s.kv_len), p.scale, s.weighted_from, s.own_log_weight, ref,
-                    ref_lse);
+                    std::min(own + 1, s.kv_len), p.scale, s.weighted_from, s.own_log_weight,
+                    c.softcap, ref, ref_lse);
         }
         ASSERT_TRUE(errors.Add(o, lse, off, dim, ref, ref_lse)) << "row " << row << " head " << h;
       }
@@ -283,6 +287,24 @@ std::vector<Case> Cases() {
   own32.seqs[0].weighted_from = 2;
   own32.seqs[0].own_log_weight = 1.5f;
   cases.push_back(own32);
+  // Soft-capped logits (Gemma 2), a cap of 1 against logits of about that size: on the tensor-core
+  // kernel (own with a log-weight, and context) and on the generic one.
+  Case capped_own{"OwnSoftcapBf16D64", bf16, 4, 2, 64, {{20, 20}, {1, 45}}};
+  capped_own.softcap = 1.0f;
+  capped_own.seqs[0].weighted_from = 1;
+  capped_own.seqs[0].own_log_weight = std::log(5.0f);
+  cases.push_back(capped_own);
+  Case capped_context{"ContextSoftcapBf16D128", bf16, 2, 1, 128, {{3, 3}, {2, 2}}, 300};
+  capped_context.softcap = 1.0f;
+  cases.push_back(capped_context);
+  Case capped_generic{"OwnSoftcapF32D40", f32, 2, 1, 40, {{9, 9}, {1, 33}}};
+  capped_generic.softcap = 1.0f;
+  capped_generic.seqs[0].weighted_from = 2;
+  capped_generic.seqs[0].own_log_weight = 1.5f;
+  cases.push_back(capped_generic);
+  Case capped_generic_context{"ContextSoftcapF32D64", f32, 4, 2, 64, {{4, 4}}, 90};
+  capped_generic_context.softcap = 1.0f;
+  cases.push_back(capped_generic_context);
   return cases;
 }
 

@@ -593,7 +593,7 @@ TEST(EmulatedElementwiseTest, RopeRotatesEveryHead) {
   }
 }
 
-// ---- In-place flat ops: LaunchGeluTanh, LaunchRelu, LaunchAdd ----
+// ---- In-place flat ops: LaunchGeluTanh, LaunchRelu, LaunchScale, LaunchAdd ----
 
 // Flat sizes: the vector path with a tail (1029 = 257 * 4 + 1 = 128 * 8 + 5), a tail only (3, on
 // the vector path: no whole pack), and the scalar path (one element off the 16-byte boundary).
@@ -738,6 +738,31 @@ TEST(EmulatedElementwiseTest, ReluIsExact) {
           if (i == 3 && c.n > 3) continue;
           const double v = xv[static_cast<size_t>(i)];
           miss.Near(i, x.Get(i), v < 0.0 ? 0.0 : v, 0.0);
+        }
+        EXPECT_TRUE(x.GuardsUntouched());
+      });
+    }
+  }
+}
+
+// x *= factor in f32, rounded once (Gemma's embedding scale sqrt(hidden)): within the rounding
+// to the type of the double product.
+TEST(EmulatedElementwiseTest, ScaleMatchesTheReference) {
+  const float factor = std::sqrt(48.0f);
+  for (ElemType t : kTypes) {
+    for (const FlatCase& c : kFlatCases) {
+      SCOPED_TRACE(Describe(t, c));
+      InBothOrders([&] {
+        std::mt19937 rng(static_cast<uint32_t>(c.n + c.off + 11));
+        Array x(t, c.n, c.off * ElemBytes(t));
+        x.Fill(rng, -3.0f, 3.0f);
+        std::vector<double> xv(static_cast<size_t>(c.n));
+        for (int64_t i = 0; i < c.n; ++i) xv[static_cast<size_t>(i)] = x.Get(i);
+        ExpectLaunched(cuda::LaunchScale(x.p(), t, c.n, factor, nullptr));
+        Misses miss("x");
+        for (int64_t i = 0; i < c.n; ++i) {
+          const double want = xv[static_cast<size_t>(i)] * static_cast<double>(factor);
+          miss.Near(i, x.Get(i), want, RoundingTolerance(t, want) + 1e-6 * std::abs(want));
         }
         EXPECT_TRUE(x.GuardsUntouched());
       });
