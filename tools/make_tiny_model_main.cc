@@ -13,7 +13,8 @@
 #include "engine/model/synthetic/tiny_model.h"
 #include "tools/stored_dtype_flag.h"
 
-ABSL_FLAG(std::string, family, "llama", "gpt2, llama, mistral, qwen2, phi3, bloom, opt or gpt_neox");
+ABSL_FLAG(std::string, family, "llama",
+          "gpt2, llama, mistral, qwen2, phi3, gemma, gemma2, bloom, opt or gpt_neox");
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
 ABSL_FLAG(std::string, tokenizer_dir, "",
           "directory whose tokenizer files are copied into the model (optional)");
@@ -36,6 +37,7 @@ ABSL_FLAG(std::string, attention_bias, "auto",
 ABSL_FLAG(std::string, dtype, "f32", "stored dtype: f32, f16 or bf16");
 ABSL_FLAG(int, shards, 1, "number of safetensors shards (>1 writes an index)");
 ABSL_FLAG(double, rope_theta, 10000, "RoPE base (llama family)");
+ABSL_FLAG(int64_t, head_dim, 0, "gemma, gemma2: head_dim (0: hidden_size / heads)");
 ABSL_FLAG(bool, pre_norm, true,
           "norms before each sublayer; false: post-LN (opt only, do_layer_norm_before: false)");
 
@@ -83,7 +85,9 @@ int main(int argc, char** argv) {
   if (spec.max_position_embeddings == 0) spec.max_position_embeddings = gpt2 ? 1024 : 2048;
   const bool auto_true =
       gpt2 || spec.family == "qwen2" || spec.family == "bloom" || spec.family == "opt";
-  if (!ParseTriBool("tie", absl::GetFlag(FLAGS_tie), auto_true, &spec.tie_word_embeddings) ||
+  const bool gemma = spec.family == "gemma" || spec.family == "gemma2";  // tied, no biases
+  if (!ParseTriBool("tie", absl::GetFlag(FLAGS_tie), auto_true || gemma,
+                    &spec.tie_word_embeddings) ||
       !ParseTriBool("attention_bias", absl::GetFlag(FLAGS_attention_bias), auto_true,
                     &spec.attention_bias)) {
     return 2;
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
   spec.seed = absl::GetFlag(FLAGS_seed);
   spec.rope_theta = static_cast<float>(absl::GetFlag(FLAGS_rope_theta));
   spec.pre_norm = absl::GetFlag(FLAGS_pre_norm);
+  spec.head_dim = absl::GetFlag(FLAGS_head_dim);
 
   absl::Status st = manyshot::WriteTinyModel(spec, absl::GetFlag(FLAGS_tokenizer_dir), out);
   if (!st.ok()) {

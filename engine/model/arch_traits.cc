@@ -17,6 +17,9 @@ constexpr ArchTraits kLlamaTraits = {
     .layout = WeightLayout::kOutIn,
     .qkv = QkvLayout::kSeparate,
     .embedding_norm = false,
+    .embedding_scaled = false,
+    .norm_adds_one = false,
+    .sublayer_post_norms = false,
     .optional_prefix = "",
 };
 
@@ -30,6 +33,9 @@ constexpr ArchTraits kGpt2Traits = {
     .layout = WeightLayout::kInOut,  // Conv1D
     .qkv = QkvLayout::kFused,
     .embedding_norm = false,
+    .embedding_scaled = false,
+    .norm_adds_one = false,
+    .sublayer_post_norms = false,
     .optional_prefix = "transformer.",
 };
 
@@ -43,6 +49,9 @@ constexpr ArchTraits kBloomTraits = {
     .layout = WeightLayout::kOutIn,
     .qkv = QkvLayout::kFusedPerHead,
     .embedding_norm = true,  // word_embeddings_layernorm
+    .embedding_scaled = false,
+    .norm_adds_one = false,
+    .sublayer_post_norms = false,
     .optional_prefix = "transformer.",
 };
 
@@ -56,6 +65,9 @@ constexpr ArchTraits kOptTraits = {
     .layout = WeightLayout::kOutIn,
     .qkv = QkvLayout::kSeparate,
     .embedding_norm = false,
+    .embedding_scaled = false,
+    .norm_adds_one = false,
+    .sublayer_post_norms = false,
     .optional_prefix = "model.",  // OPTForCausalLM's state dict; OPTModel's has none
 };
 
@@ -69,6 +81,9 @@ constexpr ArchTraits kGptNeoxTraits = {
     .layout = WeightLayout::kOutIn,
     .qkv = QkvLayout::kFusedPerHead,  // query_key_value viewed [heads, 3, head_dim]
     .embedding_norm = false,
+    .embedding_scaled = false,
+    .norm_adds_one = false,
+    .sublayer_post_norms = false,
     .optional_prefix =
         "",  // the table holds GPTNeoXForCausalLM's names ("gpt_neox." and embed_out)
 };
@@ -83,6 +98,41 @@ constexpr ArchTraits kPhi3Traits = {
     .layout = WeightLayout::kOutIn,
     .qkv = QkvLayout::kFused,  // qkv_proj: q | k | v
     .embedding_norm = false,
+    .embedding_scaled = false,
+    .norm_adds_one = false,
+    .sublayer_post_norms = false,
+    .optional_prefix = "",
+};
+
+constexpr ArchTraits kGemmaTraits = {
+    .architecture = Architecture::kGemma,
+    .name = "gemma",
+    .norm = NormKind::kRms,
+    .activation = Activation::kGeGlu,  // gelu_pytorch_tanh(gate_proj) * up_proj
+    .position = PositionKind::kRotary,
+    .position_offset = 0,
+    .layout = WeightLayout::kOutIn,
+    .qkv = QkvLayout::kSeparate,
+    .embedding_norm = false,
+    .embedding_scaled = true,
+    .norm_adds_one = true,
+    .sublayer_post_norms = false,
+    .optional_prefix = "",
+};
+
+constexpr ArchTraits kGemma2Traits = {
+    .architecture = Architecture::kGemma2,
+    .name = "gemma2",
+    .norm = NormKind::kRms,
+    .activation = Activation::kGeGlu,
+    .position = PositionKind::kRotary,
+    .position_offset = 0,
+    .layout = WeightLayout::kOutIn,
+    .qkv = QkvLayout::kSeparate,
+    .embedding_norm = false,
+    .embedding_scaled = true,
+    .norm_adds_one = true,
+    .sublayer_post_norms = true,
     .optional_prefix = "",
 };
 
@@ -102,6 +152,10 @@ const ArchTraits& TraitsOf(Architecture architecture) {
       return kGptNeoxTraits;
     case Architecture::kPhi3:
       return kPhi3Traits;
+    case Architecture::kGemma:
+      return kGemmaTraits;
+    case Architecture::kGemma2:
+      return kGemma2Traits;
   }
   std::abort();  // every enumerator is handled above (-Wswitch checks)
 }

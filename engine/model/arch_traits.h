@@ -27,10 +27,13 @@ enum class Activation : uint8_t {
   kGeluTanh = 1,  // GPT-2 gelu_new, BLOOM bloom_gelu (the same tanh approximation)
   kRelu = 2,      // OPT
   kGeluErf = 3,   // GPT-NeoX "gelu": x * Phi(x), the exact (erf) GELU
+  kGeGlu = 4,     // gelu_tanh(gate) * up: the up projection is gate | up (Gemma)
 };
 
-// Whether the up projection is gate | up, the activation multiplying them (SwiGLU).
-constexpr bool IsGated(Activation activation) { return activation == Activation::kSwiGlu; }
+// Whether the up projection is gate | up, the activation multiplying them (SwiGLU, GeGLU).
+constexpr bool IsGated(Activation activation) {
+  return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+}
 
 // How a token's position id enters the model.
 enum class PositionKind : uint8_t {
@@ -57,6 +60,14 @@ struct ArchTraits {
   WeightLayout layout;      // of every projection weight (the lm head is always [V, H])
   QkvLayout qkv;
   bool embedding_norm;  // a norm right after the token embedding (BLOOM)
+  // Embeddings multiplied by sqrt(hidden_size), rounded to the activations' dtype (Gemma).
+  bool embedding_scaled;
+  // RMSNorm multiplies by (1 + w): the checkpoint stores w - 1 (Gemma); held as 1 + w.
+  bool norm_adds_one;
+  // Each sublayer's output is normed again before the residual add (Gemma 2's
+  // post_attention_layernorm and post_feedforward_layernorm; its FFN norm is then
+  // pre_feedforward_layernorm).
+  bool sublayer_post_norms;
   // Checkpoints may prefix every tensor name with this (GPT-2 and BLOOM state dicts saved through
   // *LMHeadModel / *ForCausalLM add "transformer.", OPT's "model."); tables hold the names
   // without it and lookups accept both spellings.

@@ -1,7 +1,6 @@
 // config.json parsers and writers of the families that live outside model_config.cc (BLOOM, OPT,
-// GPT-NeoX),
-// one file each, on the shared typed key reader. ParseModelConfig and ModelConfigToJson dispatch
-// here by model_type / architecture.
+// GPT-NeoX, Gemma), one file each, on the shared typed key reader. ParseModelConfig and
+// ModelConfigToJson dispatch here by model_type / architecture.
 #pragma once
 
 #include "absl/status/status.h"
@@ -24,5 +23,10 @@ void OptConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
 // set.
 absl::Status ParseGptNeoxConfig(const config_keys::KeyReader& r, ModelConfig& c);
 void GptNeoxConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
+
+// Gemma and Gemma 2 (modeling_gemma.py, modeling_gemma2.py): the keys of GemmaConfig and
+// Gemma2Config; c.model_type is already set.
+absl::Status ParseGemmaConfig(const config_keys::KeyReader& r, ModelConfig& c);
+void GemmaConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
 
 }  // namespace manyshot

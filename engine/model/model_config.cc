@@ -203,6 +203,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
     s = ParseOptConfig(r, c);
   } else if (c.model_type == "gpt_neox") {
     s = ParseGptNeoxConfig(r, c);
+  } else if (c.model_type == "gemma" || c.model_type == "gemma2") {
+    s = ParseGemmaConfig(r, c);
   } else if (c.model_type == "t5") {  // described by T5Config (t5_config.h) instead
     return absl::UnimplementedError(absl::StrCat(
         file,
@@ -211,7 +213,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::filesystem::path& config
   } else {
     return absl::UnimplementedError(
         absl::StrCat(file, ": key \"model_type\" has unsupported value \"", c.model_type,
-                     "\" (supported: llama, mistral, qwen2, phi3, gpt2, bloom, opt, gpt_neox)"));
+                     "\" (supported: llama, mistral, qwen2, phi3, gemma, gemma2, gpt2, bloom, opt, "
+                     "gpt_neox)"));
   }
   if (!s.ok()) return s;
   return c;
@@ -226,6 +229,8 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     OptConfigToJson(c, j);
   } else if (c.architecture == Architecture::kGptNeox) {
     GptNeoxConfigToJson(c, j);
+  } else if (c.architecture == Architecture::kGemma || c.architecture == Architecture::kGemma2) {
+    GemmaConfigToJson(c, j);
   } else if (c.architecture == Architecture::kGpt2) {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";

@@ -19,12 +19,14 @@ enum class Architecture : uint8_t {
   kOpt = 3,      // learned positions (offset 2), LayerNorm pre or post, ReLU
   kGptNeox = 4,  // partial rotary, LayerNorm, erf GELU, fused per-head q|k|v, parallel residual
   kPhi3 = 5,     // Llama with fused qkv_proj (q | k | v) and gate_up_proj (gate | up)
+  kGemma = 6,    // Llama with embeddings scaled by sqrt(hidden), RMSNorm (1 + w), GeGLU, tied head
+  kGemma2 = 7,   // Gemma with norms after each sublayer too and soft-capped logits
 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   // config.json "model_type" as given: "llama", "mistral", "qwen2", "gpt2", "bloom", "opt",
-  // "gpt_neox", "phi3"
+  // "gpt_neox", "phi3", "gemma", "gemma2"
   std::string model_type;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -54,6 +56,13 @@ struct ModelConfig {
   // max_position_embeddings (Mistral v0.1, Qwen2 with use_sliding_window); 0 otherwise. The model
   // is served within it (ContextLength), where a window hides no key.
   int64_t sliding_window = 0;
+  // Gemma 2: attention logits become cap * tanh(logit / cap) before the softmax (after the query
+  // scaling, before masks and structured prompting's log-weights); the lm head's logits likewise.
+  // 0: no cap.
+  float attn_logit_softcap = 0.0f;
+  float final_logit_softcap = 0.0f;
+  // q.k is scaled by query_pre_attn_scalar^-1/2 (Gemma 2); 0: by head_dim^-1/2.
+  float query_pre_attn_scalar = 0.0f;
   int64_t bos_token_id = -1;  // -1 when absent
   int64_t eos_token_id = -1;  // first id when config gives a list; -1 when absent
   std::string hidden_act;  // "silu" (llama), "gelu_new" (gpt2), "bloom_gelu" (bloom), "relu" (opt)

@@ -137,6 +137,50 @@ constexpr TensorNameRow kPhi3Table[] = {
     {R::kOutput, W, "lm_head.weight"},
 };
 
+// Gemma (modeling_gemma.py): Llama's names; no biases, the head tied in every published
+// checkpoint.
+constexpr TensorNameRow kGemmaTable[] = {
+    {R::kTokenEmbd, W, "model.embed_tokens.weight"},
+    {R::kAttnNorm, W, "model.layers.{}.input_layernorm.weight"},
+    {R::kAttnQ, W, "model.layers.{}.self_attn.q_proj.weight"},
+    {R::kAttnK, W, "model.layers.{}.self_attn.k_proj.weight"},
+    {R::kAttnV, W, "model.layers.{}.self_attn.v_proj.weight"},
+    {R::kAttnOut, W, "model.layers.{}.self_attn.o_proj.weight"},
+    {R::kAttnQ, B, "model.layers.{}.self_attn.q_proj.bias"},
+    {R::kAttnK, B, "model.layers.{}.self_attn.k_proj.bias"},
+    {R::kAttnV, B, "model.layers.{}.self_attn.v_proj.bias"},
+    {R::kAttnOut, B, "model.layers.{}.self_attn.o_proj.bias"},
+    {R::kFfnNorm, W, "model.layers.{}.post_attention_layernorm.weight"},
+    {R::kFfnGate, W, "model.layers.{}.mlp.gate_proj.weight"},
+    {R::kFfnUp, W, "model.layers.{}.mlp.up_proj.weight"},
+    {R::kFfnDown, W, "model.layers.{}.mlp.down_proj.weight"},
+    {R::kOutputNorm, W, "model.norm.weight"},
+    {R::kOutput, W, "lm_head.weight"},
+};
+
+// Gemma 2 (modeling_gemma2.py): post_attention_layernorm is the attention output's norm there, and
+// pre_feedforward_layernorm the MLP's input norm.
+constexpr TensorNameRow kGemma2Table[] = {
+    {R::kTokenEmbd, W, "model.embed_tokens.weight"},
+    {R::kAttnNorm, W, "model.layers.{}.input_layernorm.weight"},
+    {R::kAttnQ, W, "model.layers.{}.self_attn.q_proj.weight"},
+    {R::kAttnK, W, "model.layers.{}.self_attn.k_proj.weight"},
+    {R::kAttnV, W, "model.layers.{}.self_attn.v_proj.weight"},
+    {R::kAttnOut, W, "model.layers.{}.self_attn.o_proj.weight"},
+    {R::kAttnQ, B, "model.layers.{}.self_attn.q_proj.bias"},
+    {R::kAttnK, B, "model.layers.{}.self_attn.k_proj.bias"},
+    {R::kAttnV, B, "model.layers.{}.self_attn.v_proj.bias"},
+    {R::kAttnOut, B, "model.layers.{}.self_attn.o_proj.bias"},
+    {R::kAttnPostNorm, W, "model.layers.{}.post_attention_layernorm.weight"},
+    {R::kFfnNorm, W, "model.layers.{}.pre_feedforward_layernorm.weight"},
+    {R::kFfnGate, W, "model.layers.{}.mlp.gate_proj.weight"},
+    {R::kFfnUp, W, "model.layers.{}.mlp.up_proj.weight"},
+    {R::kFfnDown, W, "model.layers.{}.mlp.down_proj.weight"},
+    {R::kFfnPostNorm, W, "model.layers.{}.post_feedforward_layernorm.weight"},
+    {R::kOutputNorm, W, "model.norm.weight"},
+    {R::kOutput, W, "lm_head.weight"},
+};
+
 bool PerLayer(const TensorNameRow& row) { return row.name.find("{}") != std::string_view::npos; }
 
 const TensorNameRow* FindRow(Architecture arch, TensorRole role, TensorPart part) {
@@ -146,12 +190,12 @@ const TensorNameRow* FindRow(Architecture arch, TensorRole role, TensorPart part
   return nullptr;
 }
 
-bool IsNorm(TensorRole role) {
-  return role == R::kTokenEmbdNorm || role == R::kAttnNorm || role == R::kFfnNorm ||
-         role == R::kOutputNorm;
-}
-
 }  // namespace
+
+bool IsNorm(TensorRole role) {
+  return role == R::kTokenEmbdNorm || role == R::kAttnNorm || role == R::kAttnPostNorm ||
+         role == R::kFfnNorm || role == R::kFfnPostNorm || role == R::kOutputNorm;
+}
 
 absl::Span<const TensorNameRow> TensorTable(Architecture arch) {
   switch (arch) {
@@ -167,6 +211,10 @@ absl::Span<const TensorNameRow> TensorTable(Architecture arch) {
       return kGptNeoxTable;
     case Architecture::kPhi3:
       return kPhi3Table;
+    case Architecture::kGemma:
+      return kGemmaTable;
+    case Architecture::kGemma2:
+      return kGemma2Table;
   }
   std::abort();  // every enumerator is handled above (-Wswitch checks)
 }

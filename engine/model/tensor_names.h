@@ -31,13 +31,15 @@ enum class TensorRole : uint8_t {
   kAttnV,
   kAttnQkv,  // q, k and v in one tensor (ArchTraits::qkv says in which order)
   kAttnOut,
+  kAttnPostNorm,  // on the attention's output, before the residual add (Gemma 2)
   kFfnNorm,
   kFfnGate,
   kFfnUp,
   kFfnGateUp,  // gate and up in one tensor, output units gate | up (Phi-3's gate_up_proj)
   kFfnDown,
-  kOutputNorm,  // the final norm
-  kOutput,      // the lm head [V, H]; absent when tied to kTokenEmbd
+  kFfnPostNorm,  // on the MLP's output, before the residual add (Gemma 2)
+  kOutputNorm,   // the final norm
+  kOutput,       // the lm head [V, H]; absent when tied to kTokenEmbd
 };
 
 enum class TensorPart : uint8_t { kWeight, kBias };
@@ -57,6 +59,9 @@ absl::Span<const TensorNameRow> TensorTable(Architecture arch);
 // Whether a checkpoint of `config` holds the tensor (its table has the row and the config enables
 // it: biases, untied head, final norm of pre-LN models).
 bool HasTensor(const ModelConfig& config, TensorRole role, TensorPart part);
+
+// Whether the role is a norm's (weight [H], bias [H] for LayerNorm).
+bool IsNorm(TensorRole role);
 
 // Whether the role is a projection weight's (q, k, v, fused qkv, attention output, gate, up,
 // down): the tensors ArchTraits::layout describes.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/allocate_all.h"
+#include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/transformer/forward_input_checks.h"
 
@@ -14,6 +15,24 @@ namespace {
 
 // Projection weights as held (LayerWeights).
 constexpr WeightLayout kHeld = WeightLayout::kOutIn;
+
+// `value` rounded to `dtype` and back: HF multiplies Gemma's embeddings by sqrt(hidden_size) as a
+// tensor of the activations' dtype.
+float RoundedTo(DType dtype, float value) {
+  switch (dtype) {
+    case DType::kBF16:
+      return BF16ToF32(F32ToBF16(value));
+    case DType::kF16:
+      return F16ToF32(F32ToF16(value));
+    default:
+      return value;
+  }
+}
+
+// cap * tanh(v / cap) on every value (Gemma 2's final_logit_softcapping).
+void SoftCap(float cap, std::vector<float>& values) {
+  for (float& v : values) v = cap * std::tanh(v / cap);
+}
 
 // The position checks of one token: learned tables end at max_position_embeddings, and past the
 // sliding window attention would have to hide keys (refused, never silently widened).
@@ -96,8 +115,11 @@ absl::Status ForwardPass::Allocate() {
                                           {&id_t_, DType::kI32, {T}},
                                           {&pos_t_, DType::kI32, {T}}};
   if (gated) shapes.push_back({&act_, dt_, {T, I}});
-  // Parallel residual: the MLP's input and output while h holds the attention's output.
-  if (c_.parallel_residual) shapes.push_back({&mlp_out_, dt_, {T, H}});
+  // Parallel residual: the MLP's input and output while h holds the attention's output; post
+  // norms: a sublayer's normed output.
+  if (c_.parallel_residual || traits_.sublayer_post_norms) {
+    shapes.push_back({&aux_, dt_, {T, H}});
+  }
   MANYSHOT_RETURN_IF_ERROR(AllocateAll(b_, shapes));
   if (!gated) act_ = up_;  // the activation runs in place
   // Index arguments go to the device once per pass.
@@ -117,6 +139,9 @@ void ForwardPass::BuildNorm(const Tensor& in, const Tensor& weight, const Tensor
 
 void ForwardPass::BuildEmbeddings() {
   b_.Embedding(id_t_, weights_.embed, x_, /*accumulate=*/false);
+  if (traits_.embedding_scaled) {
+    b_.Scale(x_, RoundedTo(dt_, std::sqrt(static_cast<float>(c_.hidden_size))));
+  }
   if (traits_.position == PositionKind::kLearned) {
     b_.Embedding(pos_t_, weights_.positions, x_, /*accumulate=*/true);
   }
@@ -155,6 +180,7 @@ void ForwardPass::BuildAttention(size_t l, const LayerWeights& w, const Tensor& 
     a.own_log_weight = seq.own_log_weight;
     a.weighted_from = seq.weighted_from;
     a.context_from = seq.context_from;
+    a.logit_softcap = c_.attn_logit_softcap;
     if (weights_.alibi_slopes.defined()) {
       a.alibi_slopes = &weights_.alibi_slopes;
       a.positions = &seq.cache->positions();
@@ -168,7 +194,8 @@ void ForwardPass::BuildAttention(size_t l, const LayerWeights& w, const Tensor& 
     ctx.log_weight = context_->log_weight;
     if (context_->positions.defined()) ctx.positions = &context_->positions;
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = 1.0f / std::sqrt(c_.query_pre_attn_scalar > 0.0f ? c_.query_pre_attn_scalar
+                                                                       : static_cast<float>(D));
   b_.Attention(q_, attn_seqs_, context_ ? &ctx : nullptr, scale, attn_, Tensor());
   b_.Linear(attn_.Reshape({T, heads * D}), w.o_w, kHeld, w.o_b, out);
 }
@@ -187,6 +214,9 @@ void ForwardPass::BuildFfn(const LayerWeights& w, const Tensor& in, const Tensor
       break;
     case Activation::kGeluErf:
       b_.GeluErf(up_);
+      break;
+    case Activation::kGeGlu:
+      b_.GeGlu(up_, act_);
       break;
   }
   b_.Linear(act_, w.down_w, kHeld, w.down_b, out);
@@ -213,10 +243,22 @@ void ForwardPass::BuildParallelBlock(size_t l, const LayerWeights& w) {
   // Both sublayers read the block's input x: x + attn(ln1(x)) + mlp(ln2(x)).
   BuildNorm(x_, w.attn_norm_w, w.attn_norm_b, h_);
   BuildAttention(l, w, h_, h_);  // q|k|v has read h before the output projection writes it
-  BuildNorm(x_, w.mlp_norm_w, w.mlp_norm_b, mlp_out_);
-  BuildFfn(w, mlp_out_, mlp_out_);  // the up projection has read its input before down writes
+  BuildNorm(x_, w.mlp_norm_w, w.mlp_norm_b, aux_);
+  BuildFfn(w, aux_, aux_);  // the up projection has read its input before down writes
   b_.Add(x_, h_);
-  b_.Add(x_, mlp_out_);
+  b_.Add(x_, aux_);
+}
+
+void ForwardPass::BuildPostNormBlock(size_t l, const LayerWeights& w) {
+  // x + norm(attn(norm(x))), then the same with the MLP (Gemma 2).
+  BuildNorm(x_, w.attn_norm_w, w.attn_norm_b, h_);
+  BuildAttention(l, w, h_, h_);
+  BuildNorm(h_, w.attn_post_norm_w, Tensor(), aux_);
+  b_.Add(x_, aux_);
+  BuildNorm(x_, w.mlp_norm_w, w.mlp_norm_b, h_);
+  BuildFfn(w, h_, h_);
+  BuildNorm(h_, w.ffn_post_norm_w, Tensor(), aux_);
+  b_.Add(x_, aux_);
 }
 
 absl::Status ForwardPass::BuildLogits(ForwardResult& result) {
@@ -235,7 +277,9 @@ absl::Status ForwardPass::BuildLogits(ForwardResult& result) {
   }
   b_.Linear(normed, weights_.lm_head, kHeld, Tensor(), logits);
   result.logits.resize(static_cast<size_t>(R * c_.vocab_size));
-  return b_.CopyToHost(logits, result.logits.data());
+  MANYSHOT_RETURN_IF_ERROR(b_.CopyToHost(logits, result.logits.data()));
+  if (c_.final_logit_softcap > 0.0f) SoftCap(c_.final_logit_softcap, result.logits);
+  return absl::OkStatus();
 }
 
 absl::Status ForwardPass::Run(ForwardResult& result) {
@@ -251,6 +295,8 @@ absl::Status ForwardPass::Run(ForwardResult& result) {
     const LayerWeights& w = weights_.layers[l];
     if (c_.parallel_residual) {
       BuildParallelBlock(l, w);
+    } else if (traits_.sublayer_post_norms) {
+      BuildPostNormBlock(l, w);
     } else {
       BuildSequentialBlock(l, w);
     }

@@ -1,8 +1,8 @@
 // Transformer::Forward's steps, the llama.cpp way: a pass over one flattened batch is built from
 // shared steps (BuildNorm, BuildAttention, BuildFfn) that a block builder per residual scheme
-// (sequential pre- or post-LN, parallel) arranges; which builder and which norm, activation and
-// position kind a family gets are rows of the tables in engine/model, never a branch on the
-// family itself.
+// (sequential pre- or post-LN, parallel, post-sublayer norms) arranges; which builder and which
+// norm, activation and position kind a family gets are rows of the tables in engine/model, never a
+// branch on the family itself.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +55,7 @@ class ForwardPass {
   // Block builders (ModelConfig::pre_norm, ::parallel_residual): x becomes the block's output.
   void BuildSequentialBlock(size_t l, const LayerWeights& w);
   void BuildParallelBlock(size_t l, const LayerWeights& w);
+  void BuildPostNormBlock(size_t l, const LayerWeights& w);  // ArchTraits::sublayer_post_norms
   // The final norm and the vocabulary projection of the requested rows (f32), to the host.
   absl::Status BuildLogits(ForwardResult& result);
 
@@ -67,8 +68,8 @@ class ForwardPass {
   const FlatBatch& batch_;
   const ContextKv* context_;
   // Activations: x the residual stream, h a sublayer's output; up/act the MLP's (act aliases up
-  // when the activation runs in place); mlp_out the parallel MLP's.
-  Tensor x_, h_, qkv_, q_, k_, v_, attn_, up_, act_, mlp_out_, id_t_, pos_t_;
+  // when the activation runs in place); aux a second [T, H] for the parallel MLP and post norms.
+  Tensor x_, h_, qkv_, q_, k_, v_, attn_, up_, act_, aux_, id_t_, pos_t_;
   std::vector<AttentionSequence> attn_seqs_;
 };
 

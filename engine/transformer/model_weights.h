@@ -21,6 +21,8 @@ struct LayerWeights {
   Tensor mlp_norm_w, mlp_norm_b;
   Tensor up_w, up_b;  // gated (SwiGLU, GeGLU): fused gate | up; else the up projection alone
   Tensor down_w, down_b;
+  // ArchTraits::sublayer_post_norms (RMSNorm, no bias): on each sublayer's output.
+  Tensor attn_post_norm_w, ffn_post_norm_w;
 };
 
 struct ModelWeights {

@@ -50,15 +50,17 @@ class WeightReader {
         dtype_(dtype),
         matrix_dtype_(matrix_dtype) {}
 
+  // `add` is added to every value (Gemma's norm weights are held as 1 + w).
   absl::StatusOr<Tensor> Read(std::string_view name, std::vector<int64_t> shape,
-                              bool transpose = false) {
-    return Fuse({{std::string(name), shape}}, transpose);
+                              bool transpose = false, float add = 0.0f) {
+    return Fuse({{std::string(name), shape}}, transpose, add);
   }
 
   // Concatenates tensors along rows (dim 0). With `transpose`, each part is a matrix [in, out_i]
   // (a Conv1D projection) and is transposed first, so the result is [sum of out_i, in].
   absl::StatusOr<Tensor> Fuse(
-      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts, bool transpose) {
+      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts, bool transpose,
+      float add = 0.0f) {
     std::vector<int64_t> shape = parts.front().second;
     if (transpose) std::swap(shape[0], shape[1]);
     shape[0] = 0;
@@ -83,6 +85,9 @@ class WeightReader {
         }
       }
       offset += n;
+    }
+    if (add != 0.0f) {
+      for (float& value : host) value += add;
     }
     return Upload(host, shape);
   }
@@ -144,9 +149,9 @@ class RoleReader {
 
   absl::Status Read(TensorRole role, TensorPart part, int64_t layer, Tensor& out) {
     if (!HasTensor(config_, role, part)) return absl::OkStatus();
-    MANYSHOT_ASSIGN_OR_RETURN(
-        out, reader_.Read(TensorName(config_.architecture, role, part, layer),
-                          TensorShape(config_, role, part), Transposed(role, part)));
+    MANYSHOT_ASSIGN_OR_RETURN(out, reader_.Read(TensorName(config_.architecture, role, part, layer),
+                                                TensorShape(config_, role, part),
+                                                Transposed(role, part), NormOffset(role, part)));
     return absl::OkStatus();
   }
 
@@ -178,6 +183,11 @@ class RoleReader {
   bool Transposed(TensorRole role, TensorPart part) const {
     return part == TensorPart::kWeight && IsProjection(role) &&
            traits_.layout == WeightLayout::kInOut;
+  }
+
+  // Gemma's RMSNorm scales by (1 + w): held as such, the backends' RmsNorm is Llama's.
+  float NormOffset(TensorRole role, TensorPart part) const {
+    return traits_.norm_adds_one && IsNorm(role) && part == TensorPart::kWeight ? 1.0f : 0.0f;
   }
 
   const ModelConfig& config_;
@@ -256,7 +266,8 @@ absl::Status LoadAttention(const ModelConfig& c, const std::vector<int64_t>& qkv
       break;
   }
   MANYSHOT_RETURN_IF_ERROR(reader.Read(R::kAttnOut, W, l, w.o_w));
-  return reader.Read(R::kAttnOut, B, l, w.o_b);
+  MANYSHOT_RETURN_IF_ERROR(reader.Read(R::kAttnOut, B, l, w.o_b));
+  return reader.Read(R::kAttnPostNorm, W, l, w.attn_post_norm_w);
 }
 
 // The MLP sublayer's norm and projections of layer l, gate | up fused for gated activations.
@@ -274,7 +285,8 @@ absl::Status LoadFfn(const ModelConfig& c, int64_t l, RoleReader& reader, LayerW
     MANYSHOT_RETURN_IF_ERROR(reader.Read(R::kFfnUp, B, l, w.up_b));
   }
   MANYSHOT_RETURN_IF_ERROR(reader.Read(R::kFfnDown, W, l, w.down_w));
-  return reader.Read(R::kFfnDown, B, l, w.down_b);
+  MANYSHOT_RETURN_IF_ERROR(reader.Read(R::kFfnDown, B, l, w.down_b));
+  return reader.Read(R::kFfnPostNorm, W, l, w.ffn_post_norm_w);
 }
 
 }  // namespace

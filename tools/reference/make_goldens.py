@@ -110,16 +110,31 @@ MODELS = [
          max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
          dtype="bf16", shards=2, seed=15, rope_theta=10000.0,
          config={"use_parallel_residual": False, "rotary_pct": 0.5}),
+    # Gemma: head_dim from the config (16, not hidden / heads = 12), one kv head (Gemma-2B's
+    # multi-query attention), sqrt(48) as the embedding scale (not a power of two), tied, bf16.
+    dict(name="gemma", family="gemma", vocab_size=4096, hidden_size=48, intermediate_size=128,
+         num_layers=2, num_heads=4, num_kv_heads=1, head_dim=16, max_position_embeddings=2048,
+         tie_word_embeddings=True, attention_bias=False, dtype="bf16", shards=1, seed=17,
+         rope_theta=10000.0),
+    # Gemma 2: caps small enough to bite on a random model (the published 50 and 30 barely move
+    # its logits), query_pre_attn_scalar != head_dim, GQA, three layers (sliding, global,
+    # sliding) with a window shorter than the positions, sharded f32.
+    dict(name="gemma2", family="gemma2", vocab_size=4096, hidden_size=64, intermediate_size=160,
+         num_layers=3, num_heads=4, num_kv_heads=2, head_dim=24, max_position_embeddings=2048,
+         tie_word_embeddings=True, attention_bias=False, dtype="f32", shards=2, seed=18,
+         rope_theta=10000.0,
+         config={"attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0,
+                 "query_pre_attn_scalar": 32, "sliding_window": 1024}),
 ]
 
 # Token ids of each family's beginning of sequence (the tiny models' configs say the same).
-BOS = {"gpt2": 50256, "opt": 2, "gpt_neox": 0}
+BOS = {"gpt2": 50256, "opt": 2, "gpt_neox": 0, "gemma": 2, "gemma2": 2}
 
 SPEC_KEYS = ["family", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
              "num_kv_heads", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
              "dtype", "shards", "seed", "rope_theta"]
 # Recorded only where a model sets them; "config": config.json keys set after writing the model.
-OPTIONAL_SPEC_KEYS = ["pre_norm", "rope_scaling", "config"]
+OPTIONAL_SPEC_KEYS = ["pre_norm", "head_dim", "rope_scaling", "config"]
 
 
 def spec_json(spec):
@@ -139,7 +154,8 @@ def binary_args(spec, out_dir, tokenizer_dir):
         f"--tie={b(spec['tie_word_embeddings'])}",
         f"--attention_bias={b(spec['attention_bias'])}", f"--dtype={spec['dtype']}",
         f"--shards={spec['shards']}", f"--rope_theta={spec['rope_theta']!r}",
-    ] + ([f"--pre_norm={b(spec['pre_norm'])}"] if "pre_norm" in spec else [])
+    ] + ([f"--pre_norm={b(spec['pre_norm'])}"] if "pre_norm" in spec else []) + (
+        [f"--head_dim={spec['head_dim']}"] if "head_dim" in spec else [])
 
 
 def set_config_keys(model_dir, keys):

@@ -40,6 +40,9 @@ OPT_IDS = dict(bos=2, eos=2, space=1437)  # OPT's GPT-2-style BPE with fairseq's
 # GPT-NeoX: <|endoftext|> 0 is bos and eos; the pad-space id only has to be in the vocabulary
 # (the random cases' tokens are ids, not text).
 NEOX_IDS = dict(bos=0, eos=0, space=220)
+# Gemma: <bos> 2, <eos> 1; the pad-space id (the real vocabulary's is 235248, past the tiny
+# models' 4096) only has to be in the vocabulary.
+GEMMA_IDS = dict(bos=2, eos=1, space=573)
 
 SST2_DEMOS = [
     ("the acting is superb and the story moves at a brisk pace", "positive"),
@@ -432,7 +435,8 @@ def self_check_model(model, spec, bos):
     pos = [0] + list(range(30, 39))
     n = len(toks)
     bias = np.where(np.tril(np.ones((n, n), dtype=bool)), 0.0, -np.inf)
-    ours = sp.final_hidden(model, toks, pos, bias) @ sp.lm_head(model).T
+    h = sp.final_hidden(model, toks, pos, bias)
+    ours = model.logits(h) if hasattr(model, "logits") else h @ sp.lm_head(model).T
     assert np.allclose(ours, model.forward(toks, pos), rtol=1e-12, atol=1e-12)
     log("  self-check: biased forward (causal bias) == reference.forward: ok")
 
@@ -497,7 +501,8 @@ def main():
             model = reference.load_model(model_dir)
         gpt2 = spec["family"] == "gpt2"
         ids_map = (GPT2_IDS if gpt2 else OPT_IDS if spec["family"] == "opt" else
-                   NEOX_IDS if spec["family"] == "gpt_neox" else LLAMA_IDS)
+                   NEOX_IDS if spec["family"] == "gpt_neox" else
+                   GEMMA_IDS if spec["family"] in ("gemma", "gemma2") else LLAMA_IDS)
         self_check_model(model, spec, ids_map["bos"])
         cases = random_cases(model, spec, ids_map)
         if gpt2:

@@ -2,7 +2,7 @@
 
 Written from the Hugging Face modeling semantics (transformers' modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_phi3.py, modeling_gpt2.py, modeling_bloom.py,
-modeling_opt.py and modeling_gpt_neox.py),
+modeling_opt.py and modeling_gpt_neox.py; Gemma and Gemma 2 in gemma_reference.py),
 not from manyshot's C++, so that the
 golden logits it produces are an independent check of the engine. Everything is computed in
 float64 from the stored weights (f32, f16 or bf16, widened exactly).
@@ -501,4 +501,7 @@ def load_model(model_dir):
         return OptModel(config, tensors)
     if model_type == "gpt_neox":
         return GptNeoxModel(config, tensors)
+    if model_type in ("gemma", "gemma2"):
+        import gemma_reference  # noqa: E402  (it builds on LlamaModel, defined here)
+        return gemma_reference.GemmaModel(config, tensors)
     raise NotImplementedError(model_type)

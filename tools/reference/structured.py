@@ -326,7 +326,11 @@ class Scorer:
         h = final_hidden(self.model, tokens, positions, bias)
         out = []
         for r in rows:
-            out.append(log_softmax(h[first + r] @ self.head.T))
+            if hasattr(self.model, "logits"):  # Gemma: the lm head with Gemma 2's soft-cap
+                logits = self.model.logits(h[first + r])
+            else:
+                logits = h[first + r] @ self.head.T
+            out.append(log_softmax(logits))
         return out
 
     def score_candidates(self, query, candidates):

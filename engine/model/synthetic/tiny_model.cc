@@ -56,12 +56,21 @@ bool IsLlamaFamily(const std::string& f) {
   return f == "llama" || f == "mistral" || f == "qwen2" || f == "phi3";
 }
 
+bool IsGemmaFamily(const std::string& f) { return f == "gemma" || f == "gemma2"; }
+
+int64_t HeadDim(const TinyModelSpec& s) {
+  return s.head_dim > 0 ? s.head_dim : s.hidden_size / s.num_heads;
+}
+
 absl::Status ValidateSpec(const TinyModelSpec& s) {
-  if (!IsLlamaFamily(s.family) && s.family != "gpt2" && s.family != "bloom" && s.family != "opt" &&
-      s.family != "gpt_neox") {
-    return Bad(absl::StrCat("unknown family \"", s.family,
-                            "\" (gpt2, llama, mistral, qwen2, phi3, bloom, opt, gpt_neox)"));
+  if (!IsLlamaFamily(s.family) && !IsGemmaFamily(s.family) && s.family != "gpt2" &&
+      s.family != "bloom" && s.family != "opt" && s.family != "gpt_neox") {
+    return Bad(absl::StrCat(
+        "unknown family \"", s.family,
+        "\" (gpt2, llama, mistral, qwen2, phi3, gemma, gemma2, bloom, opt, gpt_neox)"));
   }
+  if (s.head_dim != 0 && !IsGemmaFamily(s.family)) return Bad("only gemma sets head_dim");
+  if (s.head_dim < 0 || s.head_dim > 1024) return Bad("head_dim must be in [0, 1024]");
   if (!s.pre_norm && s.family != "opt") return Bad("only opt has post-LN (pre_norm false) models");
   absl::Status sizes =
       CheckTinySizes("tiny model spec", {{"vocab_size", s.vocab_size},
@@ -72,7 +81,9 @@ absl::Status ValidateSpec(const TinyModelSpec& s) {
                                          {"num_kv_heads", s.num_kv_heads},
                                          {"max_position_embeddings", s.max_position_embeddings}});
   if (!sizes.ok()) return sizes;
-  if (s.hidden_size % s.num_heads != 0) return Bad("num_heads must divide hidden_size");
+  if (s.head_dim == 0 && s.hidden_size % s.num_heads != 0) {
+    return Bad("num_heads must divide hidden_size");
+  }
   if (s.num_heads % s.num_kv_heads != 0) return Bad("num_kv_heads must divide num_heads");
   if (s.family == "gpt2") {
     if (s.num_kv_heads != s.num_heads) return Bad("gpt2 needs num_kv_heads == num_heads");
@@ -92,22 +103,22 @@ absl::Status ValidateSpec(const TinyModelSpec& s) {
       return Bad("gpt_neox needs head_dim a multiple of 8 (rotary_pct 0.25, in pairs)");
     }
   } else {
-    if ((s.hidden_size / s.num_heads) % 2 != 0) return Bad("head_dim must be even for RoPE");
+    if (HeadDim(s) % 2 != 0) return Bad("head_dim must be even for RoPE");
     if (!(s.rope_theta > 0)) return Bad("rope_theta must be positive");
   }
   if (s.family == "qwen2" && !s.attention_bias) return Bad("qwen2 always has q/k/v biases");
   if (s.family == "mistral" && s.attention_bias) return Bad("mistral has no attention biases");
   if (s.family == "phi3" && s.attention_bias) return Bad("phi3 has no attention biases");
+  if (IsGemmaFamily(s.family) && s.attention_bias) return Bad("gemma has no attention biases");
   if (s.shards < 1 || s.shards > 64) return Bad("shards must be in [1, 64]");
   return absl::OkStatus();
 }
 
 // Chooses (mean, std) for a tensor from its role.
 std::pair<double, double> Scale(const ModelConfig& c, const ExpectedTensor& t) {
-  const bool is_norm = t.role == TensorRole::kTokenEmbdNorm || t.role == TensorRole::kAttnNorm ||
-                       t.role == TensorRole::kFfnNorm || t.role == TensorRole::kOutputNorm;
   if (t.part == TensorPart::kBias) return {0.0, 0.1};  // including LayerNorm's
-  if (is_norm) return {1.0, 0.1};
+  // Gemma stores w for a scale of 1 + w.
+  if (IsNorm(t.role)) return {TraitsOf(c.architecture).norm_adds_one ? 0.0 : 1.0, 0.1};
   const double emb = 2.0 / std::sqrt(static_cast<double>(c.hidden_size));
   if (t.role == TensorRole::kTokenEmbd || t.role == TensorRole::kPosEmbd ||
       t.role == TensorRole::kOutput) {
@@ -191,7 +202,7 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
   c.num_layers = spec.num_layers;
   c.num_heads = spec.num_heads;
   c.num_kv_heads = spec.num_kv_heads;
-  c.head_dim = spec.hidden_size / spec.num_heads;
+  c.head_dim = HeadDim(spec);
   c.max_position_embeddings = spec.max_position_embeddings;
   c.tie_word_embeddings = spec.tie_word_embeddings;
   c.torch_dtype = TorchDTypeName(spec.dtype);
@@ -232,6 +243,19 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
     c.mlp_bias = true;
     c.bos_token_id = 0;  // Pythia's tokenizer: <|endoftext|> 0 is both
     c.eos_token_id = 0;
+  } else if (IsGemmaFamily(spec.family)) {
+    // Gemma's settings; Gemma 2's caps, query scalar and window are config keys the goldens set.
+    c.architecture = spec.family == "gemma2" ? Architecture::kGemma2 : Architecture::kGemma;
+    c.norm_eps = 1e-6f;
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.rope_theta = spec.rope_theta;
+    c.bos_token_id = 2;  // Gemma's tokenizer: <bos> 2, <eos> 1
+    c.eos_token_id = 1;
+    if (spec.family == "gemma2") {
+      c.attn_logit_softcap = 50.0f;
+      c.final_logit_softcap = 30.0f;
+      c.query_pre_attn_scalar = static_cast<float>(c.head_dim);
+    }
   } else {
     c.architecture = spec.family == "phi3" ? Architecture::kPhi3 : Architecture::kLlama;
     c.norm_eps = 1e-5f;
@@ -274,6 +298,7 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::filesystem::pa
   js["num_layers"] = spec.num_layers;
   js["num_heads"] = spec.num_heads;
   js["num_kv_heads"] = spec.num_kv_heads;
+  if (spec.head_dim != 0) js["head_dim"] = spec.head_dim;
   js["max_position_embeddings"] = spec.max_position_embeddings;
   js["tie_word_embeddings"] = spec.tie_word_embeddings;
   js["attention_bias"] = spec.attention_bias;

@@ -21,13 +21,14 @@ namespace manyshot {
 
 struct TinyModelSpec {
   std::string family;  // "gpt2", "llama", "mistral", "qwen2", "bloom", "opt", "gpt_neox",
-                       // "phi3"
+                       // "phi3", "gemma", "gemma2"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;  // 0: hidden_size / num_heads; another value: gemma and gemma2 only
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;  // must be true for gpt2
   // gpt2, qwen2, bloom and opt: must be true; mistral: must be false

@@ -173,17 +173,48 @@ TEST(PublishedConfigTest, Phi3LongRopeIsRefusedNamingIt) {
   }
 }
 
-// Not served yet: refused naming the model_type.
-TEST(PublishedConfigTest, Gemma2IsRefusedNamingItsFamily) {
-  auto c = Parse(R"({"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0,
-    "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
-    "hidden_size": 2304, "intermediate_size": 9216, "max_position_embeddings": 8192,
-    "model_type": "gemma2", "num_attention_heads": 8, "num_hidden_layers": 26,
-    "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
-    "rope_theta": 10000.0, "sliding_window": 4096, "vocab_size": 256000})");
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(c.status().message(), HasSubstr("unsupported value \"gemma2\""));
+// Gemma-7B: "hidden_act": "gelu" with no hidden_activation runs the tanh GELU, as transformers
+// does (the activation the checkpoint was trained with).
+TEST(PublishedConfigTest, Gemma7B) {
+  auto c = Parse(R"({"architectures": ["GemmaForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 2, "eos_token_id": 1, "head_dim": 256,
+    "hidden_act": "gelu", "hidden_size": 3072, "initializer_range": 0.02,
+    "intermediate_size": 24576, "max_position_embeddings": 8192, "model_type": "gemma",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 16,
+    "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16", "transformers_version": "4.38.0.dev0", "use_cache": true,
+    "vocab_size": 256000})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kGemma);
+  EXPECT_EQ(c->head_dim, 256);  // 16 heads of 256: 4096 wide, not hidden_size 3072
+  EXPECT_EQ(c->hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->attn_logit_softcap, 0.0f);
+  EXPECT_EQ(c->bos_token_id, 2);
+  EXPECT_EQ(c->eos_token_id, 1);
+}
+
+// Gemma-2-2B: soft-caps, query scaling and its window (served within 4096 positions).
+TEST(PublishedConfigTest, Gemma2_2B) {
+  auto c = Parse(R"({"architectures": ["Gemma2ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "attn_logit_softcapping": 50.0, "bos_token_id": 2,
+    "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": 30.0,
+    "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2304, "initializer_range": 0.02, "intermediate_size": 9216,
+    "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 8,
+    "num_hidden_layers": 26, "num_key_value_heads": 4, "pad_token_id": 0,
+    "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "sliding_window": 4096, "torch_dtype": "float32", "transformers_version": "4.42.4",
+    "use_cache": true, "vocab_size": 256000})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kGemma2);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->attn_logit_softcap, 50.0f);
+  EXPECT_EQ(c->final_logit_softcap, 30.0f);
+  EXPECT_EQ(c->query_pre_attn_scalar, 256.0f);
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(ContextLength(*c), 4096);
 }
 
 }  // namespace

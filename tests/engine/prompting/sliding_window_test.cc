@@ -1,7 +1,8 @@
-// Sliding-window models (Mistral-7B-v0.1's sliding_window, Qwen2's use_sliding_window) are served
-// within their window (docs/structured_prompting.md, "Sliding-window models"): a task whose
-// layout fits in the window prepares, encodes and classifies; one the window would cut is refused
-// naming the window, and the model refuses positions past it.
+// Sliding-window models (Mistral-7B-v0.1's sliding_window, Qwen2's use_sliding_window, Gemma 2's
+// alternating layers) are served within their window (docs/structured_prompting.md,
+// "Sliding-window models"): a task whose layout fits in the window prepares, encodes and
+// classifies; one the window would cut is refused naming the window, and the model refuses
+// positions past it.
 #include <fstream>
 
 #include "engine/model/synthetic/tiny_model.h"
@@ -124,7 +125,8 @@ TEST_P(SlidingWindowTest, WindowCoveringEveryPositionIsNoLimit) {
   EXPECT_EQ(model->max_position(), 2048);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SlidingWindowTest, ::testing::Values("mistral", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Families, SlidingWindowTest,
+                         ::testing::Values("mistral", "qwen2", "gemma2"));
 
 }  // namespace
 }  // namespace manyshot::testing

@@ -64,6 +64,7 @@ std::filesystem::path GoldenModelDir(const std::string& name) {
     spec.num_layers = m["num_layers"];
     spec.num_heads = m["num_heads"];
     spec.num_kv_heads = m["num_kv_heads"];
+    spec.head_dim = m.value("head_dim", int64_t{0});  // recorded for Gemma only
     spec.max_position_embeddings = m["max_position_embeddings"];
     spec.tie_word_embeddings = m["tie_word_embeddings"];
     spec.attention_bias = m["attention_bias"];

@@ -106,7 +106,8 @@ std::vector<Example> Sst2Demonstrations();
 
 inline const char* kGoldenModels[] = {
     "gpt2",         "llama", "llama_gqa_tied", "mistral", "qwen2",  "bloom",
-    "bloom_heads6", "opt",   "opt_post_ln",    "phi3",    "pythia", "gpt_neox_sequential"};
+    "bloom_heads6", "opt",   "opt_post_ln",    "phi3",    "pythia", "gpt_neox_sequential",
+    "gemma",        "gemma2"};
 
 // Llama-family goldens with config.json rope_scaling, one per rope_type (make_goldens.py). Only
 // the forward goldens cover them: rope_scaling changes nothing but the RoPE table.
