@@ -110,6 +110,13 @@ MODELS = [
          max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
          dtype="bf16", shards=2, seed=15, rope_theta=10000.0,
          config={"use_parallel_residual": False, "rotary_pct": 0.5}),
+    # GPT-NeoX with linear RoPE scaling on its partial rotary (rope_scaling on the rotary
+    # dimensions only, as GPTNeoXRotaryEmbedding computes it).
+    dict(name="pythia_rope_linear", family="gpt_neox", vocab_size=50304, hidden_size=64,
+         intermediate_size=256, num_layers=2, num_heads=4, num_kv_heads=4,
+         max_position_embeddings=2048, tie_word_embeddings=False, attention_bias=True,
+         dtype="f32", shards=1, seed=19, rope_theta=10000.0,
+         rope_scaling={"rope_type": "linear", "factor": 4.0}),
     # Gemma: head_dim from the config (16, not hidden / heads = 12), one kv head (Gemma-2B's
     # multi-query attention), sqrt(48) as the embedding scale (not a power of two), tied, bf16.
     dict(name="gemma", family="gemma", vocab_size=4096, hidden_size=48, intermediate_size=128,

@@ -109,9 +109,11 @@ inline const char* kGoldenModels[] = {
     "bloom_heads6", "opt",   "opt_post_ln",    "phi3",    "pythia", "gpt_neox_sequential",
     "gemma",        "gemma2"};
 
-// Llama-family goldens with config.json rope_scaling, one per rope_type (make_goldens.py). Only
-// the forward goldens cover them: rope_scaling changes nothing but the RoPE table.
+// Goldens with config.json rope_scaling: Llama-family ones, one per rope_type, and GPT-NeoX's
+// partial rotary with linear scaling (make_goldens.py). Only the forward goldens cover them:
+// rope_scaling changes nothing but the RoPE table.
 inline const char* kRopeScaledModels[] = {"llama_rope_linear", "mistral_rope_dynamic",
-                                          "llama_rope_llama3", "qwen2_rope_yarn"};
+                                          "llama_rope_llama3", "qwen2_rope_yarn",
+                                          "pythia_rope_linear"};
 
 }  // namespace manyshot::testing
