@@ -13,7 +13,8 @@ TinyModelSpec SmallDecoderSpec(const std::string& family) {
   spec.family = family;
   spec.vocab_size = 50257;
   spec.hidden_size = 768;
-  const bool gated = family == "llama" || family == "phi3";
+  const bool gemma = family == "gemma" || family == "gemma2";
+  const bool gated = family == "llama" || family == "phi3" || gemma;
   spec.intermediate_size = gated ? 2048 : 3072;
   spec.num_layers = 12;
   spec.num_heads = 12;
@@ -42,7 +43,7 @@ std::filesystem::path EnsureSmallDecoderModel(const std::string& family,
 double DecoderForwardFlops(const ModelConfig& c, double tokens, double past, double logit_rows) {
   const double H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const double q = c.num_heads * D, kv = c.num_kv_heads * D;
-  const double mlp_matrices = TraitsOf(c.architecture).activation == Activation::kSwiGlu ? 3 : 2;
+  const double mlp_matrices = IsGated(TraitsOf(c.architecture).activation) ? 3 : 2;
   double per_token = 2 * (H * (q + 2 * kv) + q * H + mlp_matrices * H * I);
   // Keys each new token attends to: past + its index + 1.
   double attended = tokens * past + tokens * (tokens + 1) / 2;

@@ -1,4 +1,5 @@
-// manyshot-bench prefill --family=llama|phi3|bloom|opt|gpt_neox: the GPT-2-small-shaped model of
+// manyshot-bench prefill --family=llama|phi3|bloom|opt|gpt_neox|gemma|gemma2: the
+// GPT-2-small-shaped model of
 // that family
 // (decoder_models.h) and GPT-2 small itself, in the same run on the CPU backend: prefill of one
 // --tokens (1024) sequence as tokens/s and as a fraction of an OpenBLAS sgemm measured in the same
@@ -21,10 +22,11 @@ namespace manyshot::bench {
 int RunFamilyPrefillBench(const BenchOptions& options) {
   const std::string& family = options.family;
   if (family != "llama" && family != "phi3" && family != "bloom" && family != "opt" &&
-      family != "gpt_neox") {
-    std::fprintf(stderr,
-                 "manyshot-bench prefill: --family must be gpt2, llama, phi3, bloom, opt, gpt_neox "
-                 "or t5\n");
+      family != "gpt_neox" && family != "gemma" && family != "gemma2") {
+    std::fprintf(
+        stderr,
+        "manyshot-bench prefill: --family must be gpt2, llama, phi3, bloom, opt, gpt_neox, "
+        "gemma, gemma2 or t5\n");
     return 2;
   }
   Report report("prefill", options.json);
