@@ -1,13 +1,16 @@
 // manyshot-bench cluster: what the shared tier (--shared_dir) costs and saves, against real
-// manyshot-server replicas started here on 127.0.0.1 (the generated default model, random
-// weights), same-run ratios:
-// - restore vs encode: replica A creates the 1000-shot SST-2 task (encode, store, publish) and
-//   answers it; replica B, which does not hold it, answers its first request by restoring the KV
-//   from the shared tier. Once per --kv_dtype (f32, bf16), each with its own shared directory.
+// manyshot-server replicas started here on 127.0.0.1, same-run ratios. The replicas serve
+// --shape: gpt2-small (default: the GPT-2-small shape with random weights, in the real format,
+// from bench/decoder_models.h) or tiny (the server's generated default model; --quick, with 64
+// shots instead of 1000).
+// - restore vs encode: replica A creates the SST-2 task (encode, store, publish) and answers it;
+//   replica B, which does not hold it, answers its first request by restoring the KV from the
+//   shared tier. Once per --kv_dtype (f32, bf16), each with its own shared directory.
 // - consistency: the per-request revalidation (ManifestStore::IsCurrent, one lookup), timed in
 //   this process on the same directory, against B's median batch-1 Classify latency.
 // - proxy: median batch-1 Classify latency through HAProxy (deploy/proxy/haproxy.cfg.template)
 //   against the same calls straight to a replica, in alternating rounds (skipped without haproxy).
+// The latency figures come from the f32 pair, which is stopped before the bf16 pair starts.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/bench_server.h"
+#include "bench/decoder_models.h"
 #include "bench/percentile.h"
 #include "bench/sst2_data.h"
 #include "bench/subcommands.h"
@@ -43,8 +47,35 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-constexpr size_t kShots = 1000;
 constexpr uint32_t kGroupLength = 256;
+
+// The model the replicas serve and the task's size.
+struct ClusterShape {
+  std::string name;
+  std::string description;
+  std::filesystem::path model_dir;  // empty: the server's generated default model
+  size_t shots = 1000;
+};
+
+absl::StatusOr<ClusterShape> ResolveShape(const BenchOptions& options) {
+  const std::string name =
+      options.shape.empty() ? (options.quick ? "tiny" : "gpt2-small") : options.shape;
+  ClusterShape shape;
+  shape.name = name;
+  shape.shots = options.shots > 0 ? options.shots : options.quick ? 64 : 1000;
+  if (name == "tiny") {
+    shape.description = "the generated default model (GPT-2 architecture, tiny, random weights)";
+    return shape;
+  }
+  if (name == "gpt2-small") {
+    shape.description = "GPT-2-small shape (12 layers, hidden 768, 12 heads), random weights";
+    // The servers load it as a model directory: it carries the tokenizer.
+    shape.model_dir = EnsureSmallDecoderModel("gpt2", options.work_dir / "gpt2-small-served",
+                                              options.tokenizer_dir);
+    return shape;
+  }
+  return absl::InvalidArgumentError("--shape must be gpt2-small or tiny, got " + name);
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "manyshot-bench cluster: %s\n", message.c_str());
@@ -131,18 +162,21 @@ struct DtypeFigures {
 
 // Replicas A and B on a fresh shared directory with `kv_dtype`; fills `figures`, leaves the
 // pair running in `pair`.
-absl::Status RunPair(const BenchOptions& options, const fs::path& binary, const fs::path& root,
-                     const std::string& kv_dtype, const std::vector<Example>& train,
-                     const std::vector<Example>& test, Pair& pair, DtypeFigures& figures) {
+absl::Status RunPair(const BenchOptions& options, const ClusterShape& shape, const fs::path& binary,
+                     const fs::path& root, const std::string& kv_dtype,
+                     const std::vector<Example>& train, const std::vector<Example>& test,
+                     Pair& pair, DtypeFigures& figures) {
   const fs::path shared = root / "shared";
-  const std::vector<std::string> common = {"--shared_dir=" + shared.string(),
-                                           "--kv_dtype=" + kv_dtype};
+  std::vector<std::string> common = {"--shared_dir=" + shared.string(), "--kv_dtype=" + kv_dtype};
+  if (!shape.model_dir.empty()) common.push_back("--model_dir=" + shape.model_dir.string());
   auto a = StartBenchServer(binary, root / "a", options.threads, common);
   if (!a.ok()) return a.status();
   pair.a = *a;
   std::vector<std::string> flags_b = common;
-  flags_b.push_back("--model_dir=" +
-                    (root / "a" / "data" / "models" / "default-gpt2-tiny").string());
+  if (shape.model_dir.empty()) {  // A generated the default model: B serves the same files
+    flags_b.push_back("--model_dir=" +
+                      (root / "a" / "data" / "models" / "default-gpt2-tiny").string());
+  }
   auto b = StartBenchServer(binary, root / "b", options.threads, flags_b);
   if (!b.ok()) return b.status();
   pair.b = *b;
@@ -194,13 +228,59 @@ double RevalidationMicros(const fs::path& shared) {
   return Percentile(rounds, 0.5);
 }
 
+// Batch-1 latency, revalidation and proxy figures on a running pair.
+void AddLatencyFigures(const BenchOptions& options, const fs::path& root, const Pair& pair,
+                       const std::vector<Example>& test, Report& report) {
+  // Consistency: one revalidation per request, against a batch-1 request.
+  auto stub_b = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", pair.b.grpc_port)));
+  const double request_s = MedianLatency(*stub_b, test);
+  const double revalidation_us = RevalidationMicros(root / "shared");
+  report.Add("batch1_request_ms", request_s * 1e3, "ms");
+  report.Add("revalidation_us", revalidation_us, "us");
+  if (request_s > 0 && revalidation_us > 0) {
+    report.Add("revalidation_share_of_request", revalidation_us * 1e-6 / request_s);
+  }
+
+  // Through HAProxy vs direct, alternating rounds.
+  if (access("/usr/sbin/haproxy", X_OK) != 0) {
+    report.AddText("proxy", "skipped: /usr/sbin/haproxy is not installed");
+    return;
+  }
+  const int port = FreePort();
+  const pid_t haproxy = StartHaproxy(
+      root, port,
+      {absl::StrCat("127.0.0.1:", pair.a.grpc_port), absl::StrCat("127.0.0.1:", pair.b.grpc_port)});
+  auto via = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", port)));
+  double proxied = -1;
+  for (int wait = 0; wait < 100 && proxied < 0; ++wait) {
+    proxied = TimedClassify(*via, test[0].text);
+    if (proxied < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto stub_a = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", pair.a.grpc_port)));
+  std::vector<double> direct_rounds, proxy_rounds;
+  for (int round = 0; round < std::max(1, options.repeats); ++round) {
+    direct_rounds.push_back(std::min(MedianLatency(*stub_a, test), MedianLatency(*stub_b, test)));
+    proxy_rounds.push_back(MedianLatency(*via, test));
+  }
+  if (haproxy > 0) {
+    kill(haproxy, SIGTERM);
+    waitpid(haproxy, nullptr, 0);
+  }
+  const double direct = Percentile(direct_rounds, 0.5), proxy = Percentile(proxy_rounds, 0.5);
+  report.Add("batch1_direct_ms", direct * 1e3, "ms");
+  report.Add("batch1_proxy_ms", proxy * 1e3, "ms");
+  if (direct > 0 && proxy > 0) report.Add("proxy_over_direct", proxy / direct, "x");
+}
+
 }  // namespace
 
 int RunClusterBench(const BenchOptions& options) {
   Report report("cluster", options.json);
   report.EchoToStderr();
+  auto shape = ResolveShape(options);
+  if (!shape.ok()) return Fail(shape.status().ToString());
   const auto dir = Sst2Dir(options.data_dir);
-  auto train = LoadSst2(dir / "stsa.binary.train", kShots);
+  auto train = LoadSst2(dir / "stsa.binary.train", shape->shots);
   auto test =
       LoadSst2(dir / "stsa.binary.test", static_cast<size_t>(std::max(8, options.requests)));
   if (!train.ok()) return Fail(train.status().ToString());
@@ -212,64 +292,26 @@ int RunClusterBench(const BenchOptions& options) {
   fs::remove_all(tmp);
   report.Add("shots", static_cast<double>(train->size()));
   report.Add("threads", options.threads);
-  report.AddText("model", "the generated default model (GPT-2 architecture, tiny, random weights)");
+  report.AddText("shape", shape->name);
+  report.AddText("model", shape->description);
 
-  std::unique_ptr<Pair> kept;  // the f32 pair, for the latency figures
   for (const std::string dtype : {"f32", "bf16"}) {
-    auto pair = std::make_unique<Pair>();
     DtypeFigures f;
     fs::create_directories(tmp / dtype);
-    if (absl::Status s = RunPair(options, binary, tmp / dtype, dtype, *train, *test, *pair, f);
-        !s.ok()) {
-      return Fail(absl::StrCat(dtype, ": ", s.ToString()));
-    }
-    report.Add(dtype + "_encode_first_answer_seconds", f.encode_s, "s");
-    report.Add(dtype + "_restore_first_answer_seconds", f.restore_s, "s");
-    report.Add(dtype + "_restore_speedup", f.encode_s / f.restore_s, "x");
-    if (dtype == std::string("f32")) kept = std::move(pair);
+    {
+      Pair pair;
+      if (absl::Status s =
+              RunPair(options, *shape, binary, tmp / dtype, dtype, *train, *test, pair, f);
+          !s.ok()) {
+        return Fail(absl::StrCat(dtype, ": ", s.ToString()));
+      }
+      report.Add(dtype + "_encode_first_answer_seconds", f.encode_s, "s");
+      report.Add(dtype + "_restore_first_answer_seconds", f.restore_s, "s");
+      report.Add(dtype + "_restore_speedup", f.encode_s / f.restore_s, "x");
+      if (dtype == "f32") AddLatencyFigures(options, tmp / dtype, pair, *test, report);
+    }  // the pair stops here: a GPT-2-small pair holds gigabytes of KV
+    fs::remove_all(tmp / dtype);
   }
-
-  // Consistency: one revalidation per request, against a batch-1 request.
-  auto stub_b = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", kept->b.grpc_port)));
-  const double request_s = MedianLatency(*stub_b, *test);
-  const double revalidation_us = RevalidationMicros(tmp / "f32" / "shared");
-  report.Add("batch1_request_ms", request_s * 1e3, "ms");
-  report.Add("revalidation_us", revalidation_us, "us");
-  if (request_s > 0 && revalidation_us > 0) {
-    report.Add("revalidation_share_of_request", revalidation_us * 1e-6 / request_s);
-  }
-
-  // Through HAProxy vs direct, alternating rounds.
-  if (access("/usr/sbin/haproxy", X_OK) != 0) {
-    report.AddText("proxy", "skipped: /usr/sbin/haproxy is not installed");
-  } else {
-    const int port = FreePort();
-    const pid_t haproxy = StartHaproxy(tmp, port,
-                                       {absl::StrCat("127.0.0.1:", kept->a.grpc_port),
-                                        absl::StrCat("127.0.0.1:", kept->b.grpc_port)});
-    auto via = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", port)));
-    double proxied = -1;
-    for (int wait = 0; wait < 100 && proxied < 0; ++wait) {
-      proxied = TimedClassify(*via, (*test)[0].text);
-      if (proxied < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    auto stub_a = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", kept->a.grpc_port)));
-    std::vector<double> direct_rounds, proxy_rounds;
-    for (int round = 0; round < std::max(1, options.repeats); ++round) {
-      direct_rounds.push_back(
-          std::min(MedianLatency(*stub_a, *test), MedianLatency(*stub_b, *test)));
-      proxy_rounds.push_back(MedianLatency(*via, *test));
-    }
-    if (haproxy > 0) {
-      kill(haproxy, SIGTERM);
-      waitpid(haproxy, nullptr, 0);
-    }
-    const double direct = Percentile(direct_rounds, 0.5), proxy = Percentile(proxy_rounds, 0.5);
-    report.Add("batch1_direct_ms", direct * 1e3, "ms");
-    report.Add("batch1_proxy_ms", proxy * 1e3, "ms");
-    if (direct > 0 && proxy > 0) report.Add("proxy_over_direct", proxy / direct, "x");
-  }
-  kept.reset();
   fs::remove_all(tmp);
   report.Print();
   return 0;

@@ -27,11 +27,15 @@ TinyModelSpec SmallDecoderSpec(const std::string& family) {
 }
 
 std::filesystem::path EnsureSmallDecoderModel(const std::string& family,
-                                              const std::filesystem::path& dir) {
+                                              const std::filesystem::path& dir,
+                                              const std::filesystem::path& tokenizer_dir) {
   if (!std::filesystem::exists(dir / "config.json")) {
-    std::filesystem::path empty = dir.parent_path() / "no-tokenizer";
-    std::filesystem::create_directories(empty);
-    auto status = WriteTinyModel(SmallDecoderSpec(family), empty, dir);
+    std::filesystem::path tokenizer = tokenizer_dir;
+    if (tokenizer.empty()) {
+      tokenizer = dir.parent_path() / "no-tokenizer";
+      std::filesystem::create_directories(tokenizer);
+    }
+    auto status = WriteTinyModel(SmallDecoderSpec(family), tokenizer, dir);
     if (!status.ok()) {
       std::fprintf(stderr, "manyshot-bench: cannot write model: %s\n", status.ToString().c_str());
       std::exit(1);

@@ -18,9 +18,11 @@ namespace manyshot::bench {
 // and every family ties its head.
 TinyModelSpec SmallDecoderSpec(const std::string& family);
 
-// Writes SmallDecoderSpec(family) into `dir` unless it is there; exits on failure.
+// Writes SmallDecoderSpec(family) into `dir` unless it is there; exits on failure. With a
+// `tokenizer_dir`, its tokenizer files are copied in too, so that a server can load the directory.
 std::filesystem::path EnsureSmallDecoderModel(const std::string& family,
-                                              const std::filesystem::path& dir);
+                                              const std::filesystem::path& dir,
+                                              const std::filesystem::path& tokenizer_dir = {});
 
 // Matrix FLOPs of a forward pass over `tokens` new tokens after `past` cached ones, with logits
 // for `logit_rows` rows: projections, causal attention (QK^T and PV), vocabulary head.

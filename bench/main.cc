@@ -12,7 +12,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: manyshot-bench SUBCOMMAND [--json] [--threads=N] [--repeats=N] [--tokens=N] "
-    "[--family=F] "
+    "[--family=F] [--shape=S] [--shots=N] "
     "[--work_dir=DIR] [--data_dir=DIR] [--tokenizer_dir=DIR] [--quick] [--server_binary=PATH] "
     "[--requests=N] [--batch=N] [--backend=cpu|cuda] [--context_tokens=N] [--torch_peer=PATH]\n"
     "       soak: [--streams=N] [--duration=S] [--idle=S] [--sample=S] [--stream_requests=N] "
@@ -38,7 +38,9 @@ constexpr char kUsage[] =
     "              running server instead of the default model\n"
     "  cluster     two replicas on one --shared_dir: first answer restored from the shared tier\n"
     "              vs encoded (1000-shot SST-2, f32 and bf16), per-request revalidation vs a\n"
-    "              batch-1 request, HAProxy vs direct at batch 1\n"
+    "              batch-1 request, HAProxy vs direct at batch 1; --shape=gpt2-small (default:\n"
+    "              GPT-2-small shape, random weights) or tiny (the server's default model);\n"
+    "              --quick: tiny, 64 shots; --shots=N: N shots\n"
     "options: --data_dir=DIR (SST-2 files), --tokenizer_dir=DIR (GPT-2 vocab.json+merges.txt)\n";
 
 bool Flag(const char* arg, const char* name, std::string* value) {
@@ -70,6 +72,10 @@ int main(int argc, char** argv) {
       options.repeats = std::stoi(value);
     } else if (Flag(argv[i], "--tokens", &value)) {
       options.tokens = std::stoll(value);
+    } else if (Flag(argv[i], "--shape", &value)) {
+      options.shape = value;
+    } else if (Flag(argv[i], "--shots", &value)) {
+      options.shots = std::stoul(value);
     } else if (Flag(argv[i], "--family", &value)) {
       options.family = value;
     } else if (Flag(argv[i], "--data_dir", &value)) {

@@ -19,7 +19,11 @@ struct BenchOptions {
   // prefill: the model family: gpt2; llama, bloom, opt (family_prefill_bench.cc, each beside
   // gpt2); t5 (its encoder, t5_prefill_bench.cc)
   std::string family = "gpt2";
-  bool quick = false;              // structured: skip the 100..3000-shot scaling section
+  bool quick = false;  // structured: skip the 100..3000-shot scaling section
+  // cluster: the model the replicas serve: "gpt2-small" (GPT-2-small shape, random weights) or
+  // "tiny" (the server's generated default model); empty: gpt2-small, tiny with --quick.
+  std::string shape;
+  size_t shots = 0;  // cluster: demonstrations of the SST-2 task; 0: 1000 (64 with --quick)
   std::filesystem::path work_dir;  // generated models are kept here between runs
   std::filesystem::path data_dir;  // SST-2 files; default ../shared/datasets/sst2_cbu
   std::filesystem::path tokenizer_dir = "/usr/local/share/manyshot/gpt2";
