@@ -240,28 +240,31 @@ absl::Status TaskRegistry::DeleteShared(const std::string& tenant, const std::st
       absl::StrCat("task \"", task_id, "\" keeps changing on other replicas; retry"));
 }
 
-void TaskRegistry::RestoreShared(const TaskVersion& version, const ValidateFn& validate) {
-  if (shared_ == nullptr) return;
+std::optional<PinnedContext> TaskRegistry::RestoreShared(const TaskVersion& version,
+                                                         const ValidateFn& validate) {
+  if (shared_ == nullptr) return std::nullopt;
   const std::string& key = version.record.kv_key;
-  if (cache_.memory().Contains(key) || cache_.disk().HasBlob(key)) return;
+  // Straight from memory: ContextCache::Acquire would wait for a local copy still being written.
+  if (auto hit = cache_.memory().Lookup(key)) return hit;
+  if (cache_.disk().HasBlob(key)) return std::nullopt;
   auto restored = shared_->Restore(key);
   absl::Status status = restored.status();
   if (restored.ok() && validate) status = validate(*restored);
   if (status.ok()) {
-    // Into the local tiers, with the record: the request then finds it there.
-    status = cache_.PutTask(version.record, *restored);
-    if (!status.ok())
-      spdlog::warn("shared tier: restored KV of task {} not cached locally: {}", version.task_id,
-                   status.ToString());
-    return;
+    auto admitted = shared_->AdmitRestored(cache_, version.record, *std::move(restored));
+    if (admitted.ok()) return *std::move(admitted);
+    spdlog::warn("shared tier: restored KV of task {} not admitted: {}", version.task_id,
+                 admitted.status().ToString());
+    return std::nullopt;
   }
-  if (absl::IsNotFound(status)) return;  // encoded and stored by SharedEncode
+  if (absl::IsNotFound(status)) return std::nullopt;  // encoded and stored by SharedEncode
   spdlog::error(
       "shared tier: KV of task {} (key {}) is damaged and is not served; re-encoding "
       "and replacing it: {}",
       version.task_id, key, status.ToString());
   std::lock_guard<std::mutex> lock(mutex_);
   shared_damaged_.insert(key);
+  return std::nullopt;
 }
 
 EncodeFn TaskRegistry::SharedEncode(const TaskVersion& version, EncodeFn encode) {

@@ -7,7 +7,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "cache/kv_convert.h"
 #include "cache/shared/shared_context.h"
+#include "spdlog/spdlog.h"
 
 namespace manyshot::server {
 namespace {
@@ -123,6 +125,26 @@ absl::StatusOr<EncodedContext> SharedTier::Restore(const std::string& key) const
   metrics_.restores.Increment();
   metrics_.read_bytes.Increment(static_cast<double>(read->bytes));
   return std::move(read->context);
+}
+
+absl::StatusOr<PinnedContext> SharedTier::AdmitRestored(ContextCache& cache,
+                                                        const TaskRecord& record,
+                                                        EncodedContext restored) {
+  // The values a local load would give: rounded to this replica's storage dtype, then held in
+  // the memory tier's dtype (ConvertContext shares the tensors when the dtype already matches).
+  auto storage = ConvertContext(restored, cache.storage_dtype(), backend_);
+  if (!storage.ok()) return storage.status();
+  auto memory = ConvertContext(*storage, cache.memory_dtype(), backend_);
+  if (!memory.ok()) return memory.status();
+  PinnedContext pinned = cache.memory().Insert(
+      record.kv_key, std::make_shared<const EncodedContext>(*std::move(memory)));
+  local_copies_.Start([&cache, record, stored = *std::move(storage)]() {
+    if (absl::Status s = cache.PutTask(record, stored); !s.ok()) {
+      spdlog::warn("shared tier: restored KV {} not copied to the local disk: {}", record.kv_key,
+                   s.ToString());
+    }
+  });
+  return pinned;
 }
 
 absl::Status SharedTier::Store(const std::string& key, const EncodedContext& ctx,

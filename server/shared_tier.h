@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/context_cache.h"
 #include "cache/shared/manifests.h"
 #include "cache/shared/shared_directory.h"
 #include "cache/shared/shared_kv.h"
 #include "cache/task_record.h"
 #include "engine/core/backend.h"
 #include "engine/task/encoded_context.h"
+#include "server/job_threads.h"
 #include "server/shared_metrics.h"
 
 namespace manyshot::server {
@@ -49,6 +51,12 @@ class SharedTier {
   // The context of KV file `key`, verified, in the file's dtype: NOT_FOUND, or DATA_LOSS for a
   // damaged file (never served; counted by the caller when it re-encodes).
   absl::StatusOr<EncodedContext> Restore(const std::string& key) const;
+  // Puts a restored context (verified) into `cache`'s memory tier, pinned for the caller, and
+  // writes its local disk copy (with `record`) on a thread of its own: the first answer does not
+  // wait for a multi-gigabyte local write of what the shared tier already holds durably. Until
+  // that copy lands, a context evicted from memory is restored from the shared tier again.
+  absl::StatusOr<PinnedContext> AdmitRestored(ContextCache& cache, const TaskRecord& record,
+                                              EncodedContext restored);
   // Writes the context of `key` unless its file exists; `replace` overwrites a damaged one.
   absl::Status Store(const std::string& key, const EncodedContext& ctx, bool replace) const;
   bool HasKv(const std::string& key) const { return kv_.Exists(key); }
@@ -77,6 +85,8 @@ class SharedTier {
   std::filesystem::path MarkerOf(const std::string& tenant, const std::string& id) const;
 
   SharedMetrics& metrics_;
+  // Local disk copies of restored contexts; joined (before the cache goes) when this goes.
+  JobThreads local_copies_;
 };
 
 }  // namespace manyshot::server

@@ -312,10 +312,10 @@ absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
   if (!version->retired.load()) {
     encode = SharedEncode(*version, [context]() { return context->Encode(nullptr); });
   }
-  RestoreShared(*version, [context](const EncodedContext& ctx) { return context->Check(ctx); });
-  auto pinned =
-      cache_.Acquire(version->record.kv_key, encode,
-                     [context](const EncodedContext& ctx) { return context->Check(ctx); });
+  const ValidateFn validate = [context](const EncodedContext& ctx) { return context->Check(ctx); };
+  std::optional<PinnedContext> restored = RestoreShared(*version, validate);
+  auto pinned = restored ? absl::StatusOr<PinnedContext>(*std::move(restored))
+                         : cache_.Acquire(version->record.kv_key, encode, validate);
   if (!pinned.ok()) {
     if (!encode && absl::IsFailedPrecondition(pinned.status())) {
       return absl::AbortedError(absl::StrCat(

@@ -202,7 +202,11 @@ class TaskRegistry {
   absl::Status InstallShared(const shared::Manifest& manifest);
   absl::Status PublishShared(TaskVersion& version, const PinnedContext& context, bool replace);
   absl::Status DeleteShared(const std::string& tenant, const std::string& task_id);
-  void RestoreShared(const TaskVersion& version, const ValidateFn& validate);
+  // The version's context from the memory tier, or restored from the shared tier into it (its
+  // local disk copy is written afterwards, off the request's path); nullopt when the local tiers
+  // or an encode must provide it.
+  std::optional<PinnedContext> RestoreShared(const TaskVersion& version,
+                                             const ValidateFn& validate);
   EncodeFn SharedEncode(const TaskVersion& version, EncodeFn encode);
   SharedTier* shared_ = nullptr;
   std::set<std::string> shared_damaged_;  // KV keys found damaged; guarded by mutex_
