@@ -28,6 +28,7 @@ nlohmann::ordered_json ReportJson(const shared::GcReport& report, const SharedGc
           {"kv_files_removed", report.kv_files_removed},
           {"kv_bytes_removed", report.kv_bytes_removed},
           {"temp_files_removed", report.temp_files_removed},
+          {"encoding_markers_removed", report.encoding_markers_removed},
           {"problems", report.problems}};
 }
 

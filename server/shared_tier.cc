@@ -16,9 +16,6 @@ namespace {
 
 // KV files are read and written in chunks of this size (each with its own checksum).
 constexpr uint64_t kSharedChunkBytes = uint64_t{4} << 20;
-// An encoding marker older than this is a crashed replica's (or of an encode this long, whose
-// task then reads as absent elsewhere until it is published).
-constexpr auto kEncodingMarkerLife = std::chrono::minutes(15);
 
 std::string ReplicaName() {
   char host[256] = {};
@@ -89,34 +86,16 @@ absl::StatusOr<TaskRecord> SharedTier::RecordOf(const shared::Manifest& manifest
   return ParseTaskRecord(manifest.body);
 }
 
-std::filesystem::path SharedTier::MarkerOf(const std::string& tenant, const std::string& id) const {
-  return dir_.root() / "encoding" / shared::PathComponentFor(tenant) /
-         shared::PathComponentFor(id) / shared::PathComponentFor(dir_.writer());
-}
-
 void SharedTier::MarkEncoding(const std::string& tenant, const std::string& id) const {
-  // Best effort: without it other replicas answer NOT_FOUND meanwhile, as for any unknown task.
-  dir_.Publish(MarkerOf(tenant, id), shared::PublishMode::kReplace,
-               [&](shared::FileSink& sink) { return sink.Append(dir_.writer()); })
-      .IgnoreError();
+  markers_.Mark(tenant, id);
 }
 
 void SharedTier::ClearEncoding(const std::string& tenant, const std::string& id) const {
-  std::error_code ec;
-  std::filesystem::remove(MarkerOf(tenant, id), ec);
+  markers_.Clear(tenant, id);
 }
 
 bool SharedTier::EncodingElsewhere(const std::string& tenant, const std::string& id) const {
-  const std::filesystem::path dir = MarkerOf(tenant, id).parent_path();
-  auto names = shared::SharedDirectory::ListNames(dir);
-  if (!names.ok()) return false;
-  const auto now = std::filesystem::file_time_type::clock::now();
-  for (const std::string& name : *names) {
-    std::error_code ec;
-    const auto written = std::filesystem::last_write_time(dir / name, ec);
-    if (!ec && now - written < kEncodingMarkerLife) return true;
-  }
-  return false;
+  return markers_.AnyLive(tenant, id);
 }
 
 absl::StatusOr<EncodedContext> SharedTier::Restore(const std::string& key) const {

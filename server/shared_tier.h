@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/context_cache.h"
+#include "cache/shared/encoding_markers.h"
 #include "cache/shared/manifests.h"
 #include "cache/shared/shared_directory.h"
 #include "cache/shared/shared_kv.h"
@@ -61,10 +62,9 @@ class SharedTier {
   absl::Status Store(const std::string& key, const EncodedContext& ctx, bool replace) const;
   bool HasKv(const std::string& key) const { return kv_.Exists(key); }
 
-  // Encoding markers: ROOT/encoding/<tenant>/<id>/<replica>, present while a replica's CreateTask
-  // of that id encodes (nothing is published before it ends), so other replicas answer
-  // UNAVAILABLE (retry) rather than NOT_FOUND. A marker older than kEncodingMarkerLife (a crashed
-  // replica's) is ignored.
+  // Encoding markers (cache/shared/encoding_markers.h): present while a replica's CreateTask of
+  // the id encodes, so other replicas answer UNAVAILABLE (retry) rather than NOT_FOUND. A marker
+  // older than shared::kEncodingMarkerLife (a crashed replica's) is ignored.
   void MarkEncoding(const std::string& tenant, const std::string& id) const;
   void ClearEncoding(const std::string& tenant, const std::string& id) const;
   bool EncodingElsewhere(const std::string& tenant, const std::string& id) const;
@@ -80,9 +80,9 @@ class SharedTier {
   shared::SharedDirectory dir_;
   shared::ManifestStore manifests_{&dir_};
   shared::SharedKvFiles kv_{&dir_};
+  shared::EncodingMarkers markers_{&dir_};
   Backend& backend_;
   DType storage_dtype_;
-  std::filesystem::path MarkerOf(const std::string& tenant, const std::string& id) const;
 
   SharedMetrics& metrics_;
   // Local disk copies of restored contexts; joined (before the cache goes) when this goes.

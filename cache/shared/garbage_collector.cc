@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "cache/shared/encoding_markers.h"
 #include "cache/shared/manifests.h"
 #include "cache/shared/shared_kv.h"
 
@@ -123,6 +124,10 @@ absl::StatusOr<GcReport> CollectGarbage(const SharedDirectory& dir, const GcOpti
     report.problems.push_back("KV files not collected: a manifest could not be read");
   }
   SweepTempFiles(dir, cutoff, options, report);
+  EncodingMarkers::SweepReport markers =
+      EncodingMarkers(&dir).Sweep(now - kEncodingMarkerLife, options.dry_run);
+  report.encoding_markers_removed = markers.markers_removed;
+  report.problems.insert(report.problems.end(), markers.problems.begin(), markers.problems.end());
   return report;
 }
 

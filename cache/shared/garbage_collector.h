@@ -7,7 +7,9 @@
 // - a KV file is removed when no remaining version names it and it was not written or touched
 //   within the grace period (a create writes its KV before publishing the manifest that names it,
 //   and reusing an existing file touches it first);
-// - a temporary file older than the grace period is a crashed writer's, and removed.
+// - a temporary file older than the grace period is a crashed writer's, and removed;
+// - an encoding marker older than kEncodingMarkerLife (15 minutes, whatever the grace period:
+//   readers already ignore it) is a crashed replica's, and removed (encoding_markers.h).
 // A damaged manifest stops the KV sweep (its references cannot be known): nothing is removed
 // that might be needed. Removing a file a replica still wanted costs a re-encode, never a wrong
 // answer: every read is verified.
@@ -35,6 +37,7 @@ struct GcReport {
   uint64_t kv_files_removed = 0;
   uint64_t kv_bytes_removed = 0;
   uint64_t temp_files_removed = 0;
+  uint64_t encoding_markers_removed = 0;
   std::vector<std::string> problems;  // what was skipped and why (damaged manifests, I/O errors)
 };
 

@@ -1,7 +1,8 @@
 // `manyshot-server --gc` as a CronJob runs it: the real binary on a shared directory laid out by
-// the shared tier's own writers. It removes what the grace period allows and nothing else,
-// reports it as one JSON line, removes nothing in a dry run, refuses bad options with exit 2 and a
-// missing directory with exit 1 (creating nothing).
+// the shared tier's own writers. It removes what the grace period allows and nothing else, and
+// the encoding markers of replicas that died mid-encode; reports it as one JSON line, removes
+// nothing in a dry run, refuses bad options with exit 2 and a missing directory with exit 1
+// (creating nothing).
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cache/shared/encoding_markers.h"
 #include "cache/shared/manifests.h"
 #include "cache/shared/shared_directory.h"
 #include "cache/shared/shared_kv.h"
@@ -104,6 +106,50 @@ TEST_F(SharedGcTest, RemovesWhatTheGracePeriodAllowsAndReportsIt) {
   EXPECT_TRUE(kv.Exists(k_v2));
   EXPECT_TRUE(kv.Exists(k_young));
   EXPECT_EQ(store.Latest("t", "sst2")->version, 2u);
+}
+
+TEST_F(SharedGcTest, RemovesTheEncodingMarkersOfDeadReplicas) {
+  // Markers as replicas write them: one of a replica that died mid-encode 20 minutes ago, one of
+  // a replica encoding now, for the same id; a dead one alone under another id.
+  const auto marker_of = [&](const std::string& writer, const std::string& id) {
+    auto dir = shared::SharedDirectory::Open(dir_->root(), writer);
+    EXPECT_TRUE(dir.ok()) << dir.status();
+    shared::EncodingMarkers(&*dir).Mark("t", id);
+    return shared::EncodingMarkers(dir_.get()).root() / "t" / id / writer;
+  };
+  const Clock::time_point dead =
+      Clock::now() - shared::kEncodingMarkerLife - std::chrono::minutes(5);
+  const fs::path stale = marker_of("dead-replica", "sst2");
+  const fs::path live = marker_of("live-replica", "sst2");
+  const fs::path alone = marker_of("dead-replica", "other");
+  SetModified(stale, dead);
+  SetModified(alone, dead);
+  const shared::EncodingMarkers markers(dir_.get());
+  ASSERT_TRUE(markers.AnyLive("t", "sst2"));
+  ASSERT_FALSE(markers.AnyLive("t", "other"));  // readers already ignore a dead one
+
+  // The markers' own age decides, not the (longer) grace period of manifests and KV files.
+  CommandResult dry = Gc({SharedFlag(), "--gc_grace_seconds=86400", "--gc_dry_run"});
+  ASSERT_EQ(dry.exit_status, 0) << dry.err;
+  EXPECT_EQ(nlohmann::json::parse(dry.out)["encoding_markers_removed"], 2);
+  EXPECT_TRUE(fs::exists(stale) && fs::exists(alone));
+
+  CommandResult run = Gc({SharedFlag(), "--gc_grace_seconds=86400"});
+  ASSERT_EQ(run.exit_status, 0) << run.err;
+  EXPECT_EQ(nlohmann::json::parse(run.out)["encoding_markers_removed"], 2);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(alone));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(markers.AnyLive("t", "sst2"));
+
+  // The directory the dead marker left empty goes once it has stayed unchanged as long.
+  ASSERT_TRUE(fs::is_directory(alone.parent_path()));
+  SetModified(alone.parent_path(), dead);
+  CommandResult again = Gc({SharedFlag(), "--gc_grace_seconds=86400"});
+  ASSERT_EQ(again.exit_status, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["encoding_markers_removed"], 0);
+  EXPECT_FALSE(fs::exists(alone.parent_path()));
+  EXPECT_TRUE(fs::exists(live));
 }
 
 TEST_F(SharedGcTest, RefusesBadOptionsAndCreatesNoDirectory) {
