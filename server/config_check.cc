@@ -43,6 +43,7 @@ std::vector<Range> NumericRanges(const ServerConfig& c) {
       {"threads", c.threads, 0, 4096},
       {"device", c.device, 0, 1023},
       {"shutdown_grace_seconds", c.shutdown_grace_seconds, 0, 3600},
+      {"shutdown_notice_seconds", c.shutdown_notice_seconds, 0, 3600},
       {"max_message_bytes", Clamped(c.max_message_bytes), 4096, kMaxMessage},
       {"batch_window_ms", c.batch_window_ms, 0, 3600000},
       {"max_batch_size", c.max_batch_size, 1, 65536},

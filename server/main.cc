@@ -62,6 +62,10 @@ ABSL_FLAG(std::string, port_file, "",
           "once the server is serving");
 ABSL_FLAG(int, shutdown_grace_seconds, 10,
           "On SIGTERM/SIGINT, in-flight calls get this long to finish before being cancelled");
+ABSL_FLAG(int, shutdown_notice_seconds, 0,
+          "On SIGTERM/SIGINT, health turns NOT_SERVING at once but calls are still answered this "
+          "long before the grace period starts, so load balancers stop routing here first; a "
+          "second signal ends the notice early");
 ABSL_FLAG(uint64_t, max_message_bytes, 64ull << 20,
           "Largest gRPC message accepted or sent, in bytes (big task uploads stream in chunks)");
 ABSL_FLAG(std::string, tls_cert_file, "",
@@ -174,6 +178,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.log_format = absl::GetFlag(FLAGS_log_format);
   config.port_file = absl::GetFlag(FLAGS_port_file);
   config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  config.shutdown_notice_seconds = absl::GetFlag(FLAGS_shutdown_notice_seconds);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
@@ -293,6 +298,13 @@ int main(int argc, char** argv) {
 
   int received = 0;
   sigwait(&signals, &received);
+  if (config.shutdown_notice_seconds > 0) {
+    spdlog::info("received {}, NOT_SERVING for {} s before draining",
+                 received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_notice_seconds);
+    (*app)->StopServing();
+    const timespec notice{config.shutdown_notice_seconds, 0};
+    sigtimedwait(&signals, nullptr, &notice);  // a second signal ends the notice early
+  }
   spdlog::info("received {}, draining for up to {} s", received == SIGTERM ? "SIGTERM" : "SIGINT",
                config.shutdown_grace_seconds);
   (*app)->Shutdown(std::chrono::seconds(config.shutdown_grace_seconds));

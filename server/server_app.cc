@@ -266,6 +266,13 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   return app;
 }
 
+void ServerApp::StopServing() {
+  if (shut_down_ || server_ == nullptr) return;
+  auto* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", false);
+  health->SetServingStatus("manyshot.v1.ManyShot", false);
+}
+
 void ServerApp::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_ || server_ == nullptr) return;  // never started, or already stopped
   shut_down_ = true;

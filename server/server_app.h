@@ -31,6 +31,8 @@ class ServerApp {
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_->port(); }
 
+  // Health ("" and "manyshot.v1.ManyShot") turns NOT_SERVING; calls are still answered.
+  void StopServing();
   // Health turns NOT_SERVING, new calls are refused, in-flight calls get `grace` to finish and
   // are then cancelled. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);

@@ -26,6 +26,9 @@ struct ServerConfig {
   std::string log_level = "info";
   std::string log_format = "text";  // "text" or "json"
   int shutdown_grace_seconds = 10;  // in-flight calls get this long after SIGTERM
+  // After SIGTERM, health is NOT_SERVING but calls are still answered this long (before the
+  // grace), so that load balancers stop routing to the replica before it stops accepting.
+  int shutdown_notice_seconds = 0;
   uint64_t max_message_bytes = 64ull << 20;
 
   // Security (README "Security"); all off by default (plaintext, no auth, for loopback use).
