@@ -205,12 +205,13 @@ std::unique_ptr<v1::ManyShot::Stub> Replica::Stub() const {
   return v1::ManyShot::NewStub(server->Channel());
 }
 
-bool Cluster::Add() {
+bool Cluster::Add(const std::vector<std::string>& extra_flags) {
   Replica replica;
   replica.data_dir = root_ / ("replica" + std::to_string(replicas_.size())) / "data";
   replica.flags = {"--threads=1", "--shutdown_grace_seconds=2",
                    "--shared_dir=" + shared_dir().string()};
   if (!model_dir_.empty()) replica.flags.push_back("--model_dir=" + model_dir_);
+  replica.flags.insert(replica.flags.end(), extra_flags.begin(), extra_flags.end());
   if (!replica.Start()) {
     ADD_FAILURE() << "replica " << replicas_.size() << ":\n" << replica.server->Stderr();
     return false;

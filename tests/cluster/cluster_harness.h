@@ -73,8 +73,9 @@ struct Replica {
 class Cluster {
  public:
   explicit Cluster(const std::filesystem::path& root) : root_(root) {}
-  // Starts one more replica (empty local directory); false when it did not start.
-  bool Add();
+  // Starts one more replica (empty local directory) with `extra_flags`; false when it did not
+  // start.
+  bool Add(const std::vector<std::string>& extra_flags = {});
   std::vector<Replica>& replicas() { return replicas_; }
   std::vector<std::string> Addresses() const;
   std::filesystem::path shared_dir() const { return root_ / "shared"; }

@@ -3,8 +3,9 @@
 // whole cluster; a replica on an empty local directory encodes nothing; replace and delete are
 // seen by the next request on every replica; of two concurrent creates of one id exactly one wins;
 // a damaged shared KV file is never served (one re-encode, counted, file replaced); a killed
-// replica's tasks keep answering through the proxy; scaling 3 -> 4 -> 2 loses no task; a hot task
-// spills to more than one replica.
+// replica's tasks keep answering through the proxy; a replica reporting NOT_SERVING gets no more
+// calls through the proxy while the others answer them; scaling 3 -> 4 -> 2 loses no task; a hot
+// task spills to more than one replica.
 #include <signal.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "testing/harness/subprocess.h"
 #include "tests/cluster/cluster_harness.h"
@@ -320,6 +323,52 @@ TEST_F(ClusterTest, AKilledReplicasTasksKeepAnswering) {
   EXPECT_EQ(failed.load(), 0) << first_failure << proxy.Logs();
   EXPECT_EQ(wrong.load(), 0) << "largest difference " << worst;
   EXPECT_EQ(survivors_encodes(), encodes_before);
+}
+
+// Classify of `id` without the task header: the proxy spreads such calls round-robin.
+grpc::Status ClassifyAnywhere(v1::ManyShot::Stub& stub, const std::string& id) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ClassifyRequest request;
+  request.set_task_id(id);
+  request.add_inputs()->set_text("a delightful , moving film");
+  v1::ClassifyResponse response;
+  return stub.Classify(&context, request, &response);
+}
+
+TEST_F(ClusterTest, ANotServingReplicaStopsGettingCallsThroughTheProxy) {
+  Create(0, "sst2", 1);
+  // A fourth replica that, on SIGTERM, reports NOT_SERVING for a long while but keeps answering.
+  ASSERT_TRUE(cluster_.Add({"--shutdown_notice_seconds=300"}));
+  Replica& leaving = replicas().back();
+  const std::string name = "r4";  // render-haproxy-cfg.sh names the replicas r1.. in order
+  HaproxyUnderTest proxy(dir_.path() / "haproxy", cluster_.Addresses());
+  ASSERT_TRUE(proxy.started()) << proxy.Logs();
+  ASSERT_TRUE(proxy.WaitForServersUp(4)) << proxy.Logs();
+  // No retry policy: every call must succeed on its own.
+  auto stub = v1::ManyShot::NewStub(
+      grpc::CreateChannel(proxy.address(), grpc::InsecureChannelCredentials()));
+  const auto calls = [&](const std::string& when) {
+    for (int i = 0; i < 16; ++i) {
+      grpc::Status status = ClassifyAnywhere(*stub, "sst2");
+      ASSERT_TRUE(status.ok()) << when << ": " << status.error_message() << proxy.Logs();
+    }
+  };
+  calls("4 replicas serving");
+  ASSERT_GT(proxy.RequestsPerServer()[name], 0) << "round-robin never reached " << name;
+
+  ASSERT_TRUE(leaving.server->process().Signal(SIGTERM));
+  ASSERT_TRUE(proxy.WaitForServersUp(3)) << proxy.Logs();
+  // Ejected for its health status, not for being gone: it still answers, and says NOT_SERVING.
+  auto health = grpc::health::v1::Health::NewStub(leaving.server->Channel());
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_TRUE(ClassifyAnywhere(*leaving.Stub(), "sst2").ok());
+  const double sent_before = proxy.RequestsPerServer()[name];
+  calls("one replica NOT_SERVING");
+  EXPECT_EQ(proxy.RequestsPerServer()[name], sent_before) << proxy.Logs();
 }
 
 TEST_F(ClusterTest, ScalingThreeToFourToTwoLosesNoTask) {

@@ -4,7 +4,8 @@
 Renders it with render-haproxy-cfg.sh for fixed replica addresses and for the Kubernetes form
 (dns+NAME:PORT/SLOTS), has `haproxy -c` validate each render, and checks the settings the cluster
 depends on: HTTP/2 to clients and replicas, consistent hashing on x-manyshot-task with a balance
-factor, health checks that eject a dead replica. The router's ConfigMap file in deploy/k8s must be
+factor, health checks that eject a replica that is dead or not SERVING (the raw HTTP/2 bytes of
+the check rebuilt here from the gRPC health protocol). The router's ConfigMap file in deploy/k8s must be
 exactly the Kubernetes render, so the two never drift apart. Exit 77 (skip) without haproxy.
 
     /usr/bin/python3 tests/deploy/proxy/haproxy_cfg_test.py REPO_DIR [HAPROXY]
@@ -27,9 +28,38 @@ REQUIRED_LINES = [
     "balance hdr(x-manyshot-task)",
     "hash-type consistent",
     "hash-balance-factor 150",
-    "option httpchk",
-    "http-check expect status 200",
+    "option tcp-check",
+    "tcp-check connect",
+    'tcp-check expect string grpc-status comment "no answer to grpc.health.v1.Health/Check"',
+    # A HealthCheckResponse {status: SERVING}: gRPC framing (uncompressed, 2 bytes), field 1 = 1.
+    'tcp-check expect min-recv 0 binary 00000000020801 comment "gRPC health is not SERVING"',
 ]
+
+
+def frame(kind, flags, stream, payload):
+    """One HTTP/2 frame: 24-bit length, type, flags, 31-bit stream id, payload."""
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + \
+        payload
+
+
+def literal(index, value):
+    """HPACK literal header field without indexing, name from the static table, no Huffman."""
+    assert len(value) < 127 and (index < 15 or index == 31)
+    name = bytes([index]) if index < 15 else bytes([0x0F, index - 15])
+    return name + bytes([len(value)]) + value
+
+
+def health_check_request():
+    """The check's request: preface, SETTINGS, HEADERS and DATA of Health/Check, as hex lines."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(0x4, 0, 0, b"")
+    headers = (b"\x83\x86"  # :method POST, :scheme http (static table 3 and 6)
+               + literal(1, b"localhost")  # :authority
+               + literal(4, b"/grpc.health.v1.Health/Check")  # :path
+               + literal(31, b"application/grpc")  # content-type
+               + b"\x00\x02te\x08trailers")  # te: trailers (a new name)
+    # END_HEADERS on HEADERS, END_STREAM on DATA; the body is an empty HealthCheckRequest.
+    return [preface.hex(), frame(0x1, 0x4, 1, headers).hex(),
+            frame(0x0, 0x1, 1, b"\x00\x00\x00\x00\x00").hex()]
 
 
 def render(repo, args):
@@ -78,9 +108,13 @@ def main():
                 errors.append(f"{name}: missing `{required}`")
         if not any(line.startswith("bind ") and line.endswith("proto h2") for line in lines):
             errors.append(f"{name}: the gRPC frontend must bind with proto h2")
-        if not any("proto h2" in line and "check-proto h2" in line and " check " in line + " "
+        if not any("proto h2" in line and " check " in line + " "
                    for line in lines if line.startswith("default-server")):
-            errors.append(f"{name}: replicas must be reached and checked over h2")
+            errors.append(f"{name}: replicas must be reached over h2 and checked")
+        sent = [line.split()[2] for line in lines if line.startswith("tcp-check send-binary ")]
+        if sent != health_check_request():
+            errors.append(f"{name}: the health check does not send grpc.health.v1.Health/Check "
+                          f"as built here:\n  {sent}\n  {health_check_request()}")
 
     fixed = texts.get("fixed", "")
     for i, port in enumerate([50061, 50062, 50063], start=1):
