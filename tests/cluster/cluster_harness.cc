@@ -47,9 +47,6 @@ absl::StatusOr<PrometheusScrape> ScrapeHaproxy(int port) {
   return ParsePrometheusText(Dechunked(HttpGet(port, "/metrics").body));
 }
 
-const std::vector<std::string> kInputs = {"a delightful , moving film", "a dull , lifeless mess",
-                                          "the cast is fine"};
-
 }  // namespace
 
 std::string HaproxyBinary() {
@@ -278,28 +275,6 @@ CommandResult CreateWithCli(const std::string& server, const std::string& id, in
                                    "--max_answer_tokens=8"};
   if (replace) argv.push_back("--replace");
   return RunCommand(argv, work);
-}
-
-grpc::Status Classify(v1::ManyShot::Stub& stub, const std::string& task,
-                      std::vector<double>* scores, int deadline_seconds) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_seconds));
-  context.AddMetadata(kTaskHeader, task);
-  v1::ClassifyRequest request;
-  request.set_task_id(task);
-  for (const std::string& text : kInputs) request.add_inputs()->set_text(text);
-  v1::ClassifyResponse response;
-  grpc::Status status = stub.Classify(&context, request, &response);
-  if (status.ok() && scores != nullptr) {
-    scores->clear();
-    for (const v1::ClassifyResult& result : response.results()) {
-      for (const v1::LabelScore& score : result.scores()) {
-        scores->push_back(score.sum_logprob());
-        scores->push_back(score.probability());
-      }
-    }
-  }
-  return status;
 }
 
 std::shared_ptr<grpc::Channel> RetryingChannel(const std::string& address) {

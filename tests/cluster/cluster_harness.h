@@ -15,10 +15,9 @@
 #include "grpcpp/channel.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "testing/harness/server_under_test.h"
+#include "tests/cluster/task_classify.h"
 
 namespace manyshot::testing {
-
-inline constexpr char kTaskHeader[] = "x-manyshot-task";
 
 // haproxy: $MANYSHOT_HAPROXY, else /usr/sbin/haproxy; "" when there is none.
 std::string HaproxyBinary();
@@ -93,9 +92,6 @@ std::string DemonstrationsTsv(int i);
 // `manyshot create` of task `id` with variant `i` on `server`; the CLI's result.
 CommandResult CreateWithCli(const std::string& server, const std::string& id, int variant,
                             const std::filesystem::path& work, bool replace = false);
-// Classify of the standard inputs: every label's sum_logprob and probability, in order.
-grpc::Status Classify(v1::ManyShot::Stub& stub, const std::string& task,
-                      std::vector<double>* scores, int deadline_seconds = 30);
 // A channel with the documented retry policy (deploy/proxy/grpc_service_config.json).
 std::shared_ptr<grpc::Channel> RetryingChannel(const std::string& address);
 // True when the scores agree within `tolerance` each.

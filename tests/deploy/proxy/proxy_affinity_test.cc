@@ -33,14 +33,13 @@
 #include "testing/harness/prometheus_text.h"
 #include "testing/harness/server_under_test.h"
 #include "testing/harness/subprocess.h"
+#include "tests/cluster/task_classify.h"
 
 namespace manyshot::testing {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-constexpr char kTaskHeader[] = "x-manyshot-task";
 
 // nginx: $MANYSHOT_NGINX, else /usr/sbin/nginx, else the first on PATH; "" when there is none.
 std::string NginxBinary() {
@@ -232,32 +231,6 @@ std::set<std::string> TasksOn(const Replica& replica) {
   return tasks;
 }
 
-const std::vector<std::string> kInputs = {"a delightful , moving film", "a dull , lifeless mess",
-                                          "the cast is fine"};
-
-// Classify through the proxy, as a client of the proxy must: x-manyshot-task names the task.
-grpc::Status ClassifyVia(v1::ManyShot::Stub& stub, const std::string& task,
-                         std::vector<double>* scores, int deadline_seconds = 30) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_seconds));
-  context.AddMetadata(kTaskHeader, task);
-  v1::ClassifyRequest request;
-  request.set_task_id(task);
-  for (const std::string& text : kInputs) request.add_inputs()->set_text(text);
-  v1::ClassifyResponse response;
-  grpc::Status status = stub.Classify(&context, request, &response);
-  if (status.ok() && scores != nullptr) {
-    scores->clear();
-    for (const v1::ClassifyResult& result : response.results()) {
-      for (const v1::LabelScore& score : result.scores()) {
-        scores->push_back(score.sum_logprob());
-        scores->push_back(score.probability());
-      }
-    }
-  }
-  return status;
-}
-
 // The demonstrations of task number i: a different count per task, so tasks differ in content.
 std::string DemonstrationsTsv(int i) {
   static const char* kRows[][2] = {{"a stirring , funny and finally transporting film", "1"},
@@ -382,9 +355,9 @@ TEST(ProxyAffinityTest, TasksStayOnTheirReplicaThroughFailureAndRestart) {
   for (int round = 0; round < kRounds; ++round) {
     for (const std::string& task : tasks) {
       std::vector<double> got;
-      grpc::Status status = ClassifyVia(*stub, task, &got);
+      grpc::Status status = Classify(*stub, task, &got);
       ASSERT_TRUE(status.ok()) << task << ": " << status.error_message() << nginx.Logs();
-      ASSERT_EQ(got.size(), kInputs.size() * 4);
+      ASSERT_EQ(got.size(), ClassifyInputs().size() * 4);
       if (round == 0) {
         scores[task] = got;
       } else {
@@ -392,7 +365,7 @@ TEST(ProxyAffinityTest, TasksStayOnTheirReplicaThroughFailureAndRestart) {
       }
     }
   }
-  std::ofstream(work / "inputs.txt") << kInputs[0] << "\n" << kInputs[1] << "\n";
+  std::ofstream(work / "inputs.txt") << ClassifyInputs()[0] << "\n" << ClassifyInputs()[1] << "\n";
   CommandResult cli_classify = RunCommand({CliBinary(), "--server=" + nginx.address(), "classify",
                                            tasks[0], "--file=" + (work / "inputs.txt").string()},
                                           work);
@@ -432,7 +405,7 @@ TEST(ProxyAffinityTest, TasksStayOnTheirReplicaThroughFailureAndRestart) {
   // Its tasks: UNAVAILABLE (retryable), promptly. The other tasks: the same answers as before.
   for (const std::string& task : lost) {
     const auto start = Clock::now();
-    grpc::Status status = ClassifyVia(*stub, task, nullptr, 20);
+    grpc::Status status = Classify(*stub, task, nullptr, 20);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
         << task << ": " << status.error_message() << nginx.Logs();
     // The proxy's own answer (a gRPC status, not an HTTP error page mapped by the client).
@@ -444,7 +417,7 @@ TEST(ProxyAffinityTest, TasksStayOnTheirReplicaThroughFailureAndRestart) {
   }
   for (const std::string& task : kept) {
     std::vector<double> got;
-    grpc::Status status = ClassifyVia(*stub, task, &got);
+    grpc::Status status = Classify(*stub, task, &got);
     ASSERT_TRUE(status.ok()) << task << ": " << status.error_message() << nginx.Logs();
     EXPECT_EQ(got, scores[task]) << task;
   }
@@ -475,7 +448,7 @@ TEST(ProxyAffinityTest, TasksStayOnTheirReplicaThroughFailureAndRestart) {
     grpc::Status status;
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     do {
-      status = ClassifyVia(*stub, lost[0], nullptr, 10);
+      status = Classify(*stub, lost[0], nullptr, 10);
       if (status.ok()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     } while (Clock::now() < deadline);
@@ -485,7 +458,7 @@ TEST(ProxyAffinityTest, TasksStayOnTheirReplicaThroughFailureAndRestart) {
   EXPECT_EQ(back, std::set<std::string>(lost.begin(), lost.end()));
   for (const std::string& task : tasks) {
     std::vector<double> got;
-    grpc::Status status = ClassifyVia(*stub, task, &got);
+    grpc::Status status = Classify(*stub, task, &got);
     ASSERT_TRUE(status.ok()) << task << ": " << status.error_message();
     EXPECT_EQ(got, scores[task]) << task;
   }
