@@ -75,8 +75,11 @@ absl::Status CheckSupported(const Proto& proto, std::string_view source) {
     return Unsupported(source, "trainer_spec.treat_whitespace_as_suffix");
   }
   for (const auto& p : proto.pieces) {
-    if (p.type == PieceType::kUserDefined) {
-      return Unsupported(source, absl::StrCat("a user-defined piece (\"", p.piece, "\")"));
+    // A user-defined piece is matched whole in the raw text (an added token below); one holding
+    // the whitespace symbol would have to match after normalization instead.
+    if (p.type == PieceType::kUserDefined && p.piece.find(kMetaspace) != std::string::npos) {
+      return Unsupported(source,
+                         absl::StrCat("a user-defined piece with \"\u2581\" (\"", p.piece, "\")"));
     }
   }
   return absl::OkStatus();
@@ -166,11 +169,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const Proto& proto, const Speci
 
   for (size_t i = 0; i < proto.pieces.size(); ++i) {
     const Proto::Piece& piece = proto.pieces[i];
-    if (piece.type != PieceType::kUnknown && piece.type != PieceType::kControl) continue;
+    const bool user_defined = piece.type == PieceType::kUserDefined;  // Gemma's turn markers
+    if (piece.type != PieceType::kUnknown && piece.type != PieceType::kControl && !user_defined) {
+      continue;
+    }
     AddedToken t;
     t.id = static_cast<int32_t>(i);
     t.content = piece.piece;
-    t.special = true;
+    t.special = !user_defined;
     spec.added_tokens.push_back(std::move(t));
   }
 

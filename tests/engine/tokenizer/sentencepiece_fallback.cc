@@ -133,6 +133,24 @@ absl::StatusOr<fs::path> TrainT5StyleUnigramModel(const fs::path& shared_dir,
   return TrainOnce(args, work_dir / name / "spiece.model");
 }
 
+absl::StatusOr<fs::path> TrainGemmaStyleBpeModel(const fs::path& work_dir,
+                                                 const fs::path& training_text) {
+  // Gemma's tokenizer.model settings: BPE with byte fallback, no dummy prefix, whitespace kept
+  // (runs of spaces are pieces), digits split, <pad>=0 <eos>=1 <bos>=2 <unk>=3, chat turn markers
+  // as user-defined pieces.
+  std::unordered_map<std::string, std::string> args = TrainerArgs(training_text);
+  args["add_dummy_prefix"] = "false";
+  args["pad_id"] = "0";
+  args["eos_id"] = "1";
+  args["bos_id"] = "2";
+  args["unk_id"] = "3";
+  args["pad_piece"] = "<pad>";
+  args["eos_piece"] = "<eos>";
+  args["bos_piece"] = "<bos>";
+  args["user_defined_symbols"] = "<start_of_turn>,<end_of_turn>";
+  return TrainOnce(args, work_dir / "gemma_style_sp" / "tokenizer.model");
+}
+
 absl::StatusOr<fs::path> FindOrTrainLlamaTokenizerModel(const fs::path& shared_dir,
                                                         const fs::path& work_dir) {
   return FindOrTrainLlamaTokenizerModel(shared_dir, work_dir, ParitySentences());

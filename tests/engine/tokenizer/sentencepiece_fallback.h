@@ -31,6 +31,12 @@ absl::StatusOr<std::filesystem::path> TrainT5StyleUnigramModel(
     const std::filesystem::path& shared_dir, const std::filesystem::path& work_dir,
     bool byte_fallback);
 
+// A Gemma-style SentencePiece BPE model (tokenizer.model as Gemma ships it: byte fallback, no
+// dummy prefix, <pad>=0 <eos>=1 <bos>=2 <unk>=3, "<start_of_turn>" / "<end_of_turn>" user-defined
+// pieces), trained once into work_dir on training_text, a file of sentences.
+absl::StatusOr<std::filesystem::path> TrainGemmaStyleBpeModel(
+    const std::filesystem::path& work_dir, const std::filesystem::path& training_text);
+
 }  // namespace manyshot
 
 #endif  // MANYSHOT_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_FALLBACK_H_

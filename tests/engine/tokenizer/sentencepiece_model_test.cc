@@ -333,7 +333,7 @@ TEST(SentencePieceModelTest, UnsupportedModelsAreUnimplementedNamingWhat) {
       {LenField(3, VarintField(5, 0)), "escape_whitespaces"},
       {LenField(5, LenField(2, "rules")), "denormalization rule"},
       {LenField(2, VarintField(24, 1)), "treat_whitespace_as_suffix"},
-      {PieceMsg("<mask>", 0, 4), "user-defined piece (\"<mask>\")"},
+      {PieceMsg("\xE2\x96\x81<mask>", 0, 4), "user-defined piece with"},
   };
   for (const auto& c : cases) {
     const absl::Status s = LoadStatus(base + c.append);
