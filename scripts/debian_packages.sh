@@ -5,7 +5,10 @@
 #   debian_packages.sh runtime  run them: the shared libraries they load (`ldd` of both binaries)
 #                               and the font of the CLI's plots
 #   debian_packages.sh test     what the test suite, the benchmarks and the tools add to "build"
-#   debian_packages.sh all      build + test (what scripts/setup.sh installs)
+#   debian_packages.sh arm      the ARM check (scripts/arm_check.sh): the aarch64 cross toolchain,
+#                               qemu-user and the :arm64 libraries the engine and its tests link
+#                               (setup.sh adds the arm64 architecture to dpkg first)
+#   debian_packages.sh all      build + test + arm (what scripts/setup.sh installs)
 set -euo pipefail
 
 build=(
@@ -59,13 +62,20 @@ test=(
   clang libclang-rt-14-dev
 )
 
+arm=(
+  crossbuild-essential-arm64 qemu-user
+  libhwy-dev:arm64 libabsl-dev:arm64 libopenblas-dev:arm64 libxxhash-dev:arm64
+  libgtest-dev:arm64 libgmock-dev:arm64
+)
+
 case "${1:-}" in
   build) printf '%s\n' "${build[@]}" ;;
   runtime) printf '%s\n' "${runtime[@]}" ;;
   test) printf '%s\n' "${test[@]}" ;;
-  all) printf '%s\n' "${build[@]}" "${test[@]}" ;;
+  arm) printf '%s\n' "${arm[@]}" ;;
+  all) printf '%s\n' "${build[@]}" "${test[@]}" "${arm[@]}" ;;
   *)
-    echo "usage: debian_packages.sh build|runtime|test|all" >&2
+    echo "usage: debian_packages.sh build|runtime|test|arm|all" >&2
     exit 2
     ;;
 esac

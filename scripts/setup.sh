@@ -30,6 +30,12 @@ done
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi
+# The ARM check's :arm64 libraries come from dpkg's multiarch support.
+for p in "${missing[@]}"; do
+  if [[ $p == *:arm64 && " $(dpkg --print-foreign-architectures | tr '\n' ' ') " != *" arm64 "* ]]; then
+    dpkg --add-architecture arm64
+  fi
+done
 if [ "${#missing[@]}" -gt 0 ]; then
   # A mirror that drops a connection now and then should not fail the whole setup.
   apt-get -o Acquire::Retries=3 update -q

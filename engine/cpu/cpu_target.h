@@ -19,7 +19,8 @@ inline constexpr char kCpuTargetVariable[] = "MANYSHOT_CPU_TARGET";
 // The target the kernels dispatch to now (applies MANYSHOT_CPU_TARGET first, once per process).
 std::string CpuTargetName();
 
-// Every target this binary carries that this CPU executes, best first (ends with "scalar").
+// Every target this binary carries that this CPU executes, best first (on x86 the last is
+// "scalar"; on ARM, NEON is the baseline and the only one).
 std::vector<std::string> RunnableCpuTargets();
 
 // Makes the kernels run `name` ("best": the best this CPU executes). InvalidArgument, listing the

@@ -1,6 +1,6 @@
 // A fixture for the CPU kernel tests: each test runs once per kernel target this machine executes
 // (cpu_target.h), so the AVX2 and SSE4 code is checked on an AVX-512 machine too, and the scalar
-// fallback everywhere.
+// fallback on every x86 machine.
 #pragma once
 
 #include <string>
