@@ -17,17 +17,6 @@
 HWY_BEFORE_NAMESPACE();
 MANYSHOT_SIMD_BEGIN
 namespace manyshot::cpu_internal::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-using simd::HWY_NAMESPACE::DF;
-using simd::HWY_NAMESPACE::Exp;
-using simd::HWY_NAMESPACE::kLanes;
-using simd::HWY_NAMESPACE::kRegisters;
-using simd::HWY_NAMESPACE::LoadBF16;
-using simd::HWY_NAMESPACE::LoadF16;
-using simd::HWY_NAMESPACE::LoadF32;
-using simd::HWY_NAMESPACE::PrefetchL2;
-using simd::HWY_NAMESPACE::VF;
-
 namespace {
 
 constexpr int64_t kRows = 2 * kLanes;  // query rows per block: two vectors of scores per key
@@ -204,43 +193,23 @@ void AccumulateColumns(const float* p, int64_t count, const float* v, int64_t v_
 // 8 vectors for two rows at once; with 16 registers, slices of 4 vectors leave room for 2 rows.
 constexpr int kMaxColumnVectors = kRegisters >= 32 ? 8 : 4;
 
+// P·V for a slice of 1 <= vectors <= DC vectors of columns: AccumulateColumns instantiated for
+// the slice's width.
+template <int DC>
+void AccumulateSlice(int64_t vectors, const float* p, int64_t count, const float* v, int64_t v_ld,
+                     float* o, int64_t o_ld, int64_t rows) {
+  if constexpr (DC > 1) {
+    if (vectors < DC) return AccumulateSlice<DC - 1>(vectors, p, count, v, v_ld, o, o_ld, rows);
+  }
+  AccumulateColumns<DC>(p, count, v, v_ld, o, o_ld, rows);
+}
+
 // P·V over all dim columns (rows dim apart), in slices of at most kMaxColumnVectors vectors.
 void AccumulateBlockAnyDim(int64_t dim, const float* p, int64_t count, const float* v, int64_t v_ld,
                            float* o, int64_t rows) {
   for (int64_t c = 0; c < dim; c += kMaxColumnVectors * kLanes) {
     const int64_t vectors = std::min<int64_t>(kMaxColumnVectors, (dim - c) / kLanes);
-    switch (vectors) {
-      case 1:
-        AccumulateColumns<1>(p, count, v + c, v_ld, o + c, dim, rows);
-        break;
-      case 2:
-        AccumulateColumns<2>(p, count, v + c, v_ld, o + c, dim, rows);
-        break;
-      case 3:
-        AccumulateColumns<3>(p, count, v + c, v_ld, o + c, dim, rows);
-        break;
-      case 4:
-        AccumulateColumns<4>(p, count, v + c, v_ld, o + c, dim, rows);
-        break;
-      default:
-        if constexpr (kMaxColumnVectors > 4) {
-          switch (vectors) {
-            case 5:
-              AccumulateColumns<5>(p, count, v + c, v_ld, o + c, dim, rows);
-              break;
-            case 6:
-              AccumulateColumns<6>(p, count, v + c, v_ld, o + c, dim, rows);
-              break;
-            case 7:
-              AccumulateColumns<7>(p, count, v + c, v_ld, o + c, dim, rows);
-              break;
-            default:
-              AccumulateColumns<8>(p, count, v + c, v_ld, o + c, dim, rows);
-              break;
-          }
-        }
-        break;
-    }
+    AccumulateSlice<kMaxColumnVectors>(vectors, p, count, v + c, v_ld, o + c, dim, rows);
   }
 }
 

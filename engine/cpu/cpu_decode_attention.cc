@@ -19,15 +19,6 @@
 HWY_BEFORE_NAMESPACE();
 MANYSHOT_SIMD_BEGIN
 namespace manyshot::cpu_internal::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-using simd::HWY_NAMESPACE::DF;
-using simd::HWY_NAMESPACE::kLanes;
-using simd::HWY_NAMESPACE::LoadBF16;
-using simd::HWY_NAMESPACE::LoadF16;
-using simd::HWY_NAMESPACE::LoadF32;
-using simd::HWY_NAMESPACE::ReduceSum;
-using simd::HWY_NAMESPACE::VF;
-
 namespace {
 
 constexpr int64_t kTile = 64;  // keys per online-softmax step

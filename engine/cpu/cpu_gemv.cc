@@ -18,18 +18,6 @@ MANYSHOT_SIMD_BEGIN
 namespace manyshot::cpu_internal::HWY_NAMESPACE {
 namespace {
 
-namespace hn = hwy::HWY_NAMESPACE;
-using simd::HWY_NAMESPACE::DF;
-using simd::HWY_NAMESPACE::DU16Pairs;
-using simd::HWY_NAMESPACE::DU32;
-using simd::HWY_NAMESPACE::kLanes;
-using simd::HWY_NAMESPACE::kRegisters;
-using simd::HWY_NAMESPACE::LoadF32;
-using simd::HWY_NAMESPACE::LoadPartial;
-using simd::HWY_NAMESPACE::ReduceSum;
-using simd::HWY_NAMESPACE::StorePartial;
-using simd::HWY_NAMESPACE::VF;
-
 // Below this many weight bytes one thread does the whole product: waking the pool costs more.
 constexpr int64_t kSerialWeightBytes = int64_t{256} << 10;
 // The shortest range of [out, in] weight rows a thread takes at a time (ThreadPool::

@@ -30,7 +30,8 @@
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace manyshot::simd::HWY_NAMESPACE {
+// In the kernels' own namespace, so that every kernel file names them (and hn) as they are.
+namespace manyshot::cpu_internal::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
@@ -107,7 +108,7 @@ inline VF Exp(VF x) {
   return hn::IfThenElseZero(in_range, hn::Mul(p, scale));
 }
 
-}  // namespace manyshot::simd::HWY_NAMESPACE
+}  // namespace manyshot::cpu_internal::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #endif  // MANYSHOT_ENGINE_CPU_SIMD_INL_H_
