@@ -71,8 +71,9 @@ absl::StatusOr<std::unique_ptr<ContextCache>> ContextCache::Open(const std::file
       }
     };
   }
-  cache->memory_ =
-      std::make_unique<MemoryTier>(cache->options_.memory_budget_bytes, std::move(on_evict));
+  // The tier trims the backend's memory pool when it drops contexts (memory_tier.h, Trimming).
+  cache->memory_ = std::make_unique<MemoryTier>(cache->options_.memory_budget_bytes,
+                                                std::move(on_evict), &backend);
   const auto tasks = cache->disk_->ListTasks();
   cache->Log(LogLevel::kInfo,
              absl::StrCat("cache: restored ", tasks.size(), " ready tasks from ", path.string()));

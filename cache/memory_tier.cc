@@ -65,6 +65,7 @@ PinnedContext MemoryTier::Insert(const std::string& key,
   std::vector<std::shared_ptr<Entry>> evicted;
   PinnedContext pinned = InsertLocked(key, std::move(ctx), evicted);
   SendToSink(evicted);
+  ReleaseDropped(evicted);
   return pinned;
 }
 
@@ -80,6 +81,7 @@ std::optional<MemoryReservation> MemoryTier::Reserve(size_t bytes) {
     reserved_ += bytes;
   }
   SendToSink(evicted);
+  ReleaseDropped(evicted);
   return MemoryReservation(this, bytes);
 }
 
@@ -92,6 +94,17 @@ void MemoryTier::Unreserve(size_t bytes) {
 void MemoryTier::SendToSink(const std::vector<std::shared_ptr<Entry>>& evicted) {
   if (!on_evict_) return;
   for (const auto& e : evicted) on_evict_(e->key, e->context);
+}
+
+void MemoryTier::ReleaseDropped(std::vector<std::shared_ptr<Entry>>& dropped) {
+  if (dropped.empty()) return;
+  dropped.clear();  // the tier's references: the contexts' tensors are freed unless held elsewhere
+  if (allocator_ == nullptr) return;
+  // Best effort: a failed trim leaves the bytes in the pool, where later allocations reuse them.
+  const bool trimmed = allocator_->TrimMemory().ok();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++counters_.trims;
+  if (!trimmed) ++counters_.failed_trims;
 }
 
 bool MemoryTier::MakeRoomLocked(size_t bytes, std::vector<std::shared_ptr<Entry>>& evicted) {
@@ -142,17 +155,21 @@ PinnedContext MemoryTier::InsertLocked(const std::string& key,
 }
 
 void MemoryTier::Erase(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return;
-  std::shared_ptr<Entry> entry = *it->second;
-  lru_.erase(it->second);
-  index_.erase(it);
-  entry->resident = false;
-  if (entry->pins == 0) {
+  std::vector<std::shared_ptr<Entry>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return;
+    std::shared_ptr<Entry> entry = *it->second;
+    lru_.erase(it->second);
+    index_.erase(it);
+    entry->resident = false;
+    if (entry->pins > 0) return;  // its last Unpin drops it (and the pool keeps it until reused)
     bytes_ -= entry->bytes;
     entry->counted = false;
+    dropped.push_back(std::move(entry));
   }
+  ReleaseDropped(dropped);
 }
 
 void MemoryTier::Unpin(Entry* entry) {

@@ -8,6 +8,10 @@
 // reservation. A context that cannot fit even after evicting every unpinned entry is not
 // admitted: its handle owns it alone.
 //
+// Trimming: the contexts' memory comes from a backend that may keep freed bytes for reuse (the CUDA
+// memory pool). Given that backend, the tier calls Backend::TrimMemory after evictions and erases
+// drop contexts, so their bytes go back to the device instead of staying in the pool.
+//
 // A reservation (MemoryReservation, RAII) counts bytes the tier does not hold against the same
 // budget: device memory a task keeps between queries outside any context (a T5 task's first-layer
 // q|k|v), so that the budget bounds everything the served tasks keep, not the contexts alone.
@@ -25,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/backend.h"
 #include "engine/task/encoded_context.h"
 
 namespace manyshot {
@@ -96,14 +101,19 @@ class MemoryTier {
     uint64_t misses = 0;
     uint64_t evictions = 0;
     uint64_t rejected = 0;  // contexts too big to admit, and reservations refused
+    uint64_t trims = 0;     // Backend::TrimMemory calls after entries were dropped
+    uint64_t failed_trims = 0;
   };
 
   // Receives each entry the LRU evicts (not erased ones), after the tier's lock is released.
   using EvictionSink =
       std::function<void(const std::string& key, std::shared_ptr<const EncodedContext> ctx)>;
 
-  explicit MemoryTier(size_t budget_bytes, EvictionSink on_evict = nullptr)
-      : budget_(budget_bytes), on_evict_(std::move(on_evict)) {}
+  // `allocator`, when set, is the backend the contexts' memory comes from (see Trimming); it must
+  // outlive the tier.
+  explicit MemoryTier(size_t budget_bytes, EvictionSink on_evict = nullptr,
+                      Backend* allocator = nullptr)
+      : budget_(budget_bytes), on_evict_(std::move(on_evict)), allocator_(allocator) {}
   ~MemoryTier() = default;  // every PinnedContext must be gone by now
   MemoryTier(const MemoryTier&) = delete;
   MemoryTier& operator=(const MemoryTier&) = delete;
@@ -138,11 +148,14 @@ class MemoryTier {
   // evicting nothing, when they cannot fit even after evicting every unpinned entry.
   bool MakeRoomLocked(size_t bytes, std::vector<std::shared_ptr<Entry>>& evicted);
   void SendToSink(const std::vector<std::shared_ptr<Entry>>& evicted);
+  // Drops `dropped` (outside the lock) and, when any entry went, trims the allocator's memory.
+  void ReleaseDropped(std::vector<std::shared_ptr<Entry>>& dropped);
   PinnedContext InsertLocked(const std::string& key, std::shared_ptr<const EncodedContext> ctx,
                              std::vector<std::shared_ptr<Entry>>& evicted);
 
   const size_t budget_;
   const EvictionSink on_evict_;
+  Backend* const allocator_;
   mutable std::mutex mutex_;
   std::list<std::shared_ptr<Entry>> lru_;  // front: least recently used
   std::unordered_map<std::string, std::list<std::shared_ptr<Entry>>::iterator> index_;

@@ -172,6 +172,12 @@ class Backend {
   // How many live threads have an error recorded here that no Synchronize() has taken yet (a
   // thread's entry goes when it is taken or when the thread ends). For tests and diagnostics.
   size_t ThreadsWithPendingErrors() const;
+  // Gives memory the backend keeps for reuse after tensors were freed back to the device, so that
+  // other allocations (of this process or another) can have it; waits for the calling thread's
+  // queued work first, since frees still queued are not yet reusable. Called when a cache drops
+  // tensors it held (cache/memory_tier.h). OK and nothing to do on the CPU; errors are returned,
+  // not recorded as the thread's error.
+  virtual absl::Status TrimMemory() { return absl::OkStatus(); }
 
   // ---- Ops (x, out, weights: the compute dtype unless said otherwise) ----
   // out[t] = table[ids[t]] (accumulate: out[t] += table[ids[t]]); ids kI32 [T], validated by

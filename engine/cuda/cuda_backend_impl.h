@@ -185,6 +185,8 @@ class CudaBackend final : public Backend {
   bool SupportsComputeDType(DType dtype) const override {
     return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
   }
+  // memory_pool.cc: the device's memory pool keeps none of its freed bytes.
+  absl::Status TrimMemory() override;
 
  protected:
   absl::StatusOr<Tensor> AllocateImpl(DType dtype, std::vector<int64_t> shape) override;

@@ -29,8 +29,26 @@ std::mutex g_mu;
 struct Mapping {
   void* base = nullptr;
   size_t length = 0;
-  size_t used = 0;  // bytes from the handed-out address to the guard page
+  size_t used = 0;      // bytes from the handed-out address to the guard page
+  bool pooled = false;  // from cudaMallocAsync: the default pool counts it (PoolBytes)
 };
+
+// The default memory pool's counters. Every block still gets a mapping of its own and is
+// quarantined when freed (so use after free still faults); the pool only counts what a GPU's pool
+// would hold: bytes of its blocks in use, and bytes freed and kept for reuse until a
+// synchronization finds more than the release threshold reserved, or cudaMemPoolTrimTo.
+struct PoolBytes {
+  size_t used = 0;
+  size_t kept = 0;
+};
+PoolBytes g_pool;  // guarded by g_mu
+
+// Gives kept bytes back to the "driver" until at most `limit` bytes are reserved (callers hold
+// g_mu).
+void ReleasePoolAboveLocked(uint64_t limit) {
+  if (g_pool.used + g_pool.kept <= limit) return;
+  g_pool.kept = limit > g_pool.used ? static_cast<size_t>(limit - g_pool.used) : 0;
+}
 
 constexpr size_t kDeviceBytes = size_t{80} << 30;  // what cudaMemGetInfo reports as total
 size_t g_allocated = 0;
@@ -192,6 +210,17 @@ void* DeviceAlloc(size_t bytes) {
   return p;
 }
 
+void* PoolAlloc(size_t bytes) {
+  void* p = DeviceAlloc(bytes);
+  if (p == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mu);
+  Mapping& m = Mappings()[p];
+  m.pooled = true;
+  g_pool.used += m.used;
+  g_pool.kept -= std::min(g_pool.kept, m.used);  // kept bytes are reused first
+  return p;
+}
+
 void DeviceFree(void* p) {
   if (p == nullptr) return;
   Mapping m;
@@ -202,6 +231,10 @@ void DeviceFree(void* p) {
     m = it->second;
     Mappings().erase(it);
     g_allocated -= m.used;
+    if (m.pooled) {
+      g_pool.used -= m.used;
+      g_pool.kept += m.used;
+    }
   }
   Quarantine(m);
 }
@@ -429,6 +462,11 @@ std::atomic<uint64_t>& PoolReleaseThresholdValue() {
   return threshold;
 }
 uint64_t PoolReleaseThreshold() { return PoolReleaseThresholdValue().load(); }
+
+void ReleasePoolAboveThreshold() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  ReleasePoolAboveLocked(PoolReleaseThreshold());
+}
 }  // namespace simt
 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
@@ -439,8 +477,36 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
   return cudaSuccess;
 }
 
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (pool == nullptr || value == nullptr) return Refuse(cudaErrorInvalidValue, "pool attribute");
+  std::lock_guard<std::mutex> lock(simt::g_mu);
+  uint64_t v = 0;
+  switch (attr) {
+    case cudaMemPoolAttrReleaseThreshold:
+      v = simt::PoolReleaseThreshold();
+      break;
+    case cudaMemPoolAttrReservedMemCurrent:
+      v = simt::g_pool.used + simt::g_pool.kept;
+      break;
+    case cudaMemPoolAttrUsedMemCurrent:
+      v = simt::g_pool.used;
+      break;
+  }
+  *static_cast<uint64_t*>(value) = v;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) {
+  if (pool == nullptr) return Refuse(cudaErrorInvalidValue, "cudaMemPoolTrimTo without a pool");
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
+  std::lock_guard<std::mutex> lock(simt::g_mu);
+  simt::ReleasePoolAboveLocked(min_bytes_to_keep);
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize() {
   const cudaError_t err = simt::DrainAll();
+  simt::ReleasePoolAboveThreshold();
   const cudaError_t sticky = simt::StickyError();
   return sticky != cudaSuccess ? Record(sticky) : err;
 }
@@ -517,7 +583,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
-  return simt::Drain(simt::Resolve(stream));
+  const cudaError_t err = simt::Drain(simt::Resolve(stream));
+  simt::ReleasePoolAboveThreshold();  // as a GPU's pool does at each synchronization
+  return err;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,

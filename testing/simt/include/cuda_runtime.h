@@ -135,9 +135,16 @@ void ResetDevice();
 // a kernel reading outside its memory would on a GPU. Called by cudaLaunchKernel.
 void InjectFaultAtNextLaunch();
 bool TakeInjectedFault();
-// The default pool's release threshold, as last set (cudaMemPoolSetAttribute); the emulated pool
-// never holds freed memory, so it only records it.
+// The default pool's release threshold, as last set (cudaMemPoolSetAttribute). The emulated pool
+// counts bytes as a GPU's would (cudaMemPoolGetAttribute: reserved = in use + freed and kept) but
+// never reuses a block: each allocation is a fresh mapping, and cudaMemGetInfo counts live
+// allocations only. At each cudaStreamSynchronize / cudaDeviceSynchronize the pool gives kept
+// bytes back down to the threshold (ReleasePoolAboveThreshold); cudaMemPoolTrimTo gives them back
+// down to its argument.
 uint64_t PoolReleaseThreshold();
+void ReleasePoolAboveThreshold();
+// A cudaMallocAsync block: DeviceAlloc, counted by the pool.
+void* PoolAlloc(size_t bytes);
 // Out-of-memory injection: while the file named by SIMT_OOM_FILE exists, every device allocation
 // (cudaMalloc, cudaMallocAsync) fails with cudaErrorMemoryAllocation, as on a full GPU (a file
 // that reads "after N": all but the first N allocations since it appeared); unlike a fault it is
@@ -216,7 +223,7 @@ inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream
     *p = nullptr;
     return simt::Record(sticky);
   }
-  *p = simt::OutOfMemoryInjected() ? nullptr : simt::DeviceAlloc(bytes);
+  *p = simt::OutOfMemoryInjected() ? nullptr : simt::PoolAlloc(bytes);
   return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
 }
 
@@ -281,7 +288,12 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 
-enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+// Their values in CUDA's driver_types.h. Reserved and used: uint64_t values (get only).
+enum cudaMemPoolAttr {
+  cudaMemPoolAttrReleaseThreshold = 4,
+  cudaMemPoolAttrReservedMemCurrent = 5,
+  cudaMemPoolAttrUsedMemCurrent = 7,
+};
 struct CUmemPoolHandle_st;
 using cudaMemPool_t = CUmemPoolHandle_st*;
 
@@ -303,6 +315,8 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaMalloc(void** p, size_t bytes);
