@@ -225,12 +225,16 @@ int RunAttentionBench(const BenchOptions& options) {
 #if MANYSHOT_CUDA_ENABLED
   if (cuda) {
     const int dev = b.device_index();
-    const CudaPlugin* plugin = Must(CudaPluginForBenchmarks(), "CUDA plugin");
-    device_name = Must(plugin->device_name(dev), "device name");
-    ref.copy_bytes_per_second =
-        Must(plugin->copy_bytes_per_second(dev, size_t{1} << 30, 20), "copy reference");
-    ref.gemm_flops_per_second = Must(
-        plugin->gemm_flops_per_second(dev, 8192, 8192, 8192, DType::kBF16, 20), "GEMM reference");
+    namespace fn = cuda_plugin_functions;
+    auto* name = Must(CudaPluginFunction<fn::DeviceName>(fn::kDeviceName), "device name");
+    auto* copy =
+        Must(CudaPluginFunction<fn::CopyBytesPerSecond>(fn::kCopyBytesPerSecond), "copy reference");
+    auto* gemm =
+        Must(CudaPluginFunction<fn::GemmFlopsPerSecond>(fn::kGemmFlopsPerSecond), "GEMM reference");
+    device_name = Must(name(dev), "device name");
+    ref.copy_bytes_per_second = Must(copy(dev, size_t{1} << 30, 20), "copy reference");
+    ref.gemm_flops_per_second =
+        Must(gemm(dev, 8192, 8192, 8192, DType::kBF16, 20), "GEMM reference");
     ref.available = true;
   }
 #endif

@@ -83,7 +83,16 @@ absl::StatusOr<int> CudaDevicesAvailable() {
   return (*plugin)->device_count();
 }
 
-absl::StatusOr<const CudaPlugin*> CudaPluginForBenchmarks() { return LoadCudaPlugin(); }
+absl::StatusOr<void*> CudaPluginFunction(const char* name) {
+  auto plugin = LoadCudaPlugin();
+  if (!plugin.ok()) return plugin.status();
+  void* function = (*plugin)->get_proc_address(name);
+  if (function == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("the CUDA plugin has no function named \"", name ? name : "(null)", "\""));
+  }
+  return function;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, int threads) {
   if (device < 0) return absl::InvalidArgumentError(absl::StrCat("device ", device, " < 0"));

@@ -38,9 +38,17 @@ absl::Status DeviceFault();
 // (engine/cuda/memory_pool.h); FAILED_PRECONDITION before a CUDA backend exists.
 absl::Status SetGpuPoolReleaseThreshold(int device, uint64_t bytes);
 
-struct CudaPlugin;
-// The loaded CUDA plugin, for the benchmarks' same-run references (engine/cuda/cuda_plugin.h).
-absl::StatusOr<const CudaPlugin*> CudaPluginForBenchmarks();
+// A function of the CUDA plugin that serving does not need, by name (the names and types of
+// engine/cuda/cuda_plugin.h's cuda_plugin_functions: benchmark references, diagnostics), loading
+// the plugin if need be. FAILED_PRECONDITION when no plugin loads, NOT_FOUND naming `name` when
+// the plugin has no such function.
+absl::StatusOr<void*> CudaPluginFunction(const char* name);
+template <typename Type>
+absl::StatusOr<Type*> CudaPluginFunction(const char* name) {
+  absl::StatusOr<void*> function = CudaPluginFunction(name);
+  if (!function.ok()) return function.status();
+  return reinterpret_cast<Type*>(*function);
+}
 
 // The server's default: CUDA when a device is available, else the CPU. `why` receives one line
 // saying which and why.

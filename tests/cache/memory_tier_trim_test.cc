@@ -2,16 +2,21 @@
 // device's memory pool (which keeps every freed byte, engine/cuda/memory_pool.h) holds fewer
 // bytes after the eviction than before it, measured by the pool's own counter
 // (cudaMemPoolAttrReservedMemCurrent), on the CUDA backend's code over the SIMT emulator
-// ("simt-cuda").
+// ("simt-cuda") and through the plugin ("cuda": a GPU, or the emulated plugin in
+// cache_tests.Cuda_on_the_emulated_plugin).
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "cache/memory_tier.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/cuda/memory_pool.h"
 #include "gtest/gtest.h"
 #include "tests/cache/support/cache_test_support.h"
 #include "tests/engine/support/golden_models.h"
+#if MANYSHOT_CUDA_ENABLED
+#include "engine/cuda/cuda_plugin.h"
+#endif
 
 namespace manyshot::testing {
 namespace {
@@ -33,8 +38,16 @@ class MemoryTierTrimTest : public ::testing::TestWithParam<std::string> {
   }
 
   absl::StatusOr<uint64_t> ReservedBytes(int device) {
+    // "simt-cuda" is linked into this program; "cuda" is the plugin the factory loaded.
     if (GetParam() == "simt-cuda") return CudaPoolReservedBytes(device);
-    return absl::UnimplementedError("the pool's counter through the plugin");
+#if MANYSHOT_CUDA_ENABLED
+    namespace fn = cuda_plugin_functions;
+    auto reserved = CudaPluginFunction<fn::PoolReservedBytes>(fn::kPoolReservedBytes);
+    if (!reserved.ok()) return reserved.status();
+    return (*reserved)(device);
+#else
+    return absl::FailedPreconditionError("no CUDA plugin in this build");
+#endif
   }
 
   // 8 MiB: two f32 tensors of 1024 x 8 x 128, whole 2 MiB granules of a GPU's pool.
@@ -87,6 +100,7 @@ TEST_P(MemoryTierTrimTest, WithoutTheBackendThePoolKeepsThem) {
 
 INSTANTIATE_TEST_SUITE_P(SimtCuda, MemoryTierTrimTest, ::testing::Values("simt-cuda"),
                          BackendTestName);
+INSTANTIATE_TEST_SUITE_P(Cuda, MemoryTierTrimTest, ::testing::Values("cuda"), BackendTestName);
 
 }  // namespace
 }  // namespace manyshot::testing
