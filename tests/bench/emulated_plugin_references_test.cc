@@ -1,10 +1,9 @@
 // The same-run references `manyshot-bench attention --backend=cuda` divides its figures by
 // (engine/cuda/cuda_reference.cc: device name, device-to-device copy, cuBLASLt GEMM), run through
 // the plugin's entry point and looked up by name (get_proc_address) on testing/simt's build of
-// the plugin, so their host code (events,
-// streams, the GEMM plan, cleanup on every path) has run before a GPU session depends on it. The
-// emulator's timings mean nothing: only that each measurement completes, is a positive finite
-// rate, and refuses bad arguments, is checked.
+// the plugin, so their host code (events, streams, the GEMM plan, cleanup on every path) has run
+// before a GPU session depends on it. The emulator's timings mean nothing: only that each
+// measurement completes, is a positive finite rate, and refuses bad arguments, is checked.
 #include <dlfcn.h>
 
 #include <cmath>
