@@ -285,6 +285,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   std::memcpy(&beta_f, beta, 4);
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   if (bias && desc->bias == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "no bias");
+  if (!simt::IsCapturing(stream)) simt::CountHostLaunch();  // the library launches a kernel
   const cudaError_t queued =
       simt::Submit(stream, [op = *desc, al = *a_desc, bl = *b_desc, cl = *c_desc, dl = *d_desc, a,
                             b, c, d, alpha_f, beta_f, bias] {

@@ -275,6 +275,18 @@ bool IsPinnedRange(const void* p, size_t bytes) {
 struct CUstream_st {
   std::mutex running;  // held while its work runs, so two waiting threads keep its order
   std::deque<std::function<std::string()>> queue;  // under simt::g_streams_mu
+  // While capturing: the work recorded instead of run, and whether a call the capture cannot
+  // hold invalidated it (under simt::g_streams_mu).
+  std::shared_ptr<std::vector<std::function<std::string()>>> capture;
+  bool capture_broken = false;
+};
+
+// A captured graph and its executable instance: the recorded work, in stream order.
+struct CUgraph_st {
+  std::vector<std::function<std::string()>> work;
+};
+struct CUgraphExec_st {
+  std::shared_ptr<const std::vector<std::function<std::string()>>> work;
 };
 
 namespace simt {
@@ -363,6 +375,14 @@ void SetDeferredStreams(bool deferred) {
 
 cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work) {
   if (const cudaError_t sticky = StickyError(); sticky != cudaSuccess) return Record(sticky);
+  {
+    CUstream_st* s = Resolve(stream);
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    if (s->capture) {
+      s->capture->push_back(std::move(work));
+      return cudaSuccess;
+    }
+  }
   if (!DeferredStreams()) {
     std::string failure = work();
     if (failure.empty()) return cudaSuccess;
@@ -374,6 +394,28 @@ cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work) {
   s->queue.push_back(std::move(work));
   return cudaSuccess;
 }
+
+bool IsCapturing(cudaStream_t stream) {
+  if (stream == nullptr) return false;  // the legacy stream never captures
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  return stream->capture != nullptr;
+}
+
+cudaError_t BreakCapture(cudaStream_t stream, const char* call) {
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    if (stream != nullptr) stream->capture_broken = true;
+  }
+  return Refuse(cudaErrorStreamCaptureUnsupported,
+                std::string(call) + " on a stream that is capturing a graph");
+}
+
+namespace {
+std::atomic<uint64_t> g_host_launches{0};
+}  // namespace
+
+uint64_t HostLaunches() { return g_host_launches.load(); }
+void CountHostLaunch() { g_host_launches.fetch_add(1); }
 
 void ResetDevice() {
   {
@@ -406,6 +448,12 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid resource handle";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
     case cudaErrorECCUncorrectable:
@@ -583,6 +631,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
+  if (simt::IsCapturing(stream)) return simt::BreakCapture(stream, "cudaStreamSynchronize");
   const cudaError_t err = simt::Drain(simt::Resolve(stream));
   simt::ReleasePoolAboveThreshold();  // as a GPU's pool does at each synchronization
   return err;
@@ -615,6 +664,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                   "cudaMemcpyAsync of kind " + std::to_string(static_cast<int>(kind)) + " from " +
                       (src_device ? "device" : "host") + " to " + (dst_device ? "device" : "host") +
                       " memory (" + std::to_string(bytes) + " bytes)");
+  }
+  if (simt::IsCapturing(stream) && ((!src_device && !simt::IsPinnedRange(src, bytes)) ||
+                                    (!dst_device && !simt::IsPinnedRange(dst, bytes)))) {
+    return simt::BreakCapture(stream, "cudaMemcpyAsync of pageable host memory");
   }
   if (simt::DeferredStreams() && !src_device && !simt::IsPinnedRange(src, bytes)) {
     // From pageable memory the runtime stages the bytes before it returns: the caller may reuse
@@ -651,6 +704,7 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
       return Refuse(cudaErrorInvalidValue, "cudaFreeAsync of an address cudaMalloc did not return");
     }
   }
+  if (simt::IsCapturing(stream)) return simt::BreakCapture(stream, "cudaFreeAsync");
   // Queued work before it may still use the memory; the free runs after it.
   return simt::Submit(stream, [p] {
     simt::DeviceFree(p);
@@ -687,5 +741,68 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
     return Refuse(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an unrecorded event");
   }
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) return Record(sticky);
+  if (stream == nullptr) {
+    return Refuse(cudaErrorStreamCaptureImplicit, "capturing the legacy default stream");
+  }
+  std::lock_guard<std::mutex> lock(simt::g_streams_mu);
+  if (stream->capture) return Refuse(cudaErrorInvalidValue, "the stream is already capturing");
+  stream->capture = std::make_shared<std::vector<std::function<std::string()>>>();
+  stream->capture_broken = false;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (stream == nullptr || graph == nullptr) return Refuse(cudaErrorInvalidValue, "end capture");
+  *graph = nullptr;
+  std::shared_ptr<std::vector<std::function<std::string()>>> work;
+  bool broken = false;
+  {
+    std::lock_guard<std::mutex> lock(simt::g_streams_mu);
+    work = std::move(stream->capture);
+    stream->capture = nullptr;
+    broken = stream->capture_broken;
+  }
+  if (!work)
+    return Refuse(cudaErrorInvalidValue, "cudaStreamEndCapture: the stream is not capturing");
+  if (broken) return Record(cudaErrorStreamCaptureInvalidated);
+  *graph = new CUgraph_st{std::move(*work)};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long) {  // NOLINT: CUDA's type
+  if (exec == nullptr || graph == nullptr) return Refuse(cudaErrorInvalidValue, "instantiate");
+  *exec = new CUgraphExec_st{
+      std::make_shared<const std::vector<std::function<std::string()>>>(graph->work)};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return Refuse(cudaErrorInvalidValue, "cudaGraphLaunch without a graph");
+  if (simt::IsCapturing(stream)) return simt::BreakCapture(stream, "cudaGraphLaunch");
+  simt::CountHostLaunch();
+  // The whole graph is one piece of stream work: its nodes run in the order they were captured,
+  // and the first failure stops it (and kills the device, as any failed work does).
+  return simt::Submit(stream, [work = exec->work] {
+    for (const auto& node : *work) {
+      std::string failure = node();
+      if (!failure.empty()) return failure;
+    }
+    return std::string();
+  });
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
   return cudaSuccess;
 }

@@ -106,6 +106,9 @@ enum cudaError_t {
   cudaErrorInvalidAddressSpace = 717,
   cudaErrorInvalidPc = 718,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
 };
 
 struct CUstream_st;
@@ -177,6 +180,21 @@ void SetDeferredStreams(bool deferred);
 // another, SetWorkError) and is sticky. On a dead device nothing is run or queued.
 cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work);
 
+// Stream capture and graphs (cudaStreamBeginCapture .. cudaGraphLaunch). While a stream captures,
+// the work put on it (kernels, copies, memsets, cuBLASLt matmuls, event records) is recorded
+// instead of run, with its arguments as they are at the call, as a CUDA graph's nodes keep them;
+// cudaGraphLaunch puts the recorded work on a stream again, in order, as one launch. As on a GPU,
+// a capture on the legacy stream is refused, and a synchronization, an allocation or a free on a
+// capturing stream fails with cudaErrorStreamCaptureUnsupported and invalidates the capture
+// (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated).
+bool IsCapturing(cudaStream_t stream);
+// Marks the stream's capture invalid for a call a capture cannot hold; returns the error to report.
+cudaError_t BreakCapture(cudaStream_t stream, const char* call);
+// Host-side launches: kernels launched outside a capture, plus graph launches (one each), since
+// the process started. A GPU pays its launch overhead per such call.
+uint64_t HostLaunches();
+void CountHostLaunch();
+
 // Dynamic shared memory a kernel may use (cudaFuncSetAttribute), by kernel address.
 size_t MaxDynamicSmem(const void* fn);
 cudaError_t SetMaxDynamicSmem(const void* fn, int bytes);
@@ -218,10 +236,14 @@ inline cudaError_t cudaPeekAtLastError() {
   return sticky != cudaSuccess ? sticky : simt::LastError();
 }
 
-inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t /*stream*/) {
+inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (const cudaError_t sticky = simt::StickyError(); sticky != cudaSuccess) {
     *p = nullptr;
     return simt::Record(sticky);
+  }
+  if (simt::IsCapturing(stream)) {
+    *p = nullptr;
+    return simt::BreakCapture(stream, "cudaMallocAsync");
   }
   *p = simt::OutOfMemoryInjected() ? nullptr : simt::PoolAlloc(bytes);
   return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
@@ -262,6 +284,7 @@ cudaError_t cudaLaunchKernel(void (*fn)(A...), dim3 grid, dim3 block, void** arg
         " the kernel may use";
     return simt::Record(cudaErrorInvalidValue);
   }
+  if (!simt::IsCapturing(stream)) simt::CountHostLaunch();
   if (simt::TakeInjectedFault()) {
     return simt::Submit(stream, [] {
       simt::SetWorkError(cudaErrorIllegalAddress);
@@ -317,6 +340,22 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep);
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1
+};
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);  // NOLINT: CUDA's type
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaMalloc(void** p, size_t bytes);
