@@ -167,7 +167,7 @@ absl::StatusOr<v1::Mode> ParseMode(std::string_view name) {
   if (lower == "structured") return v1::MODE_STRUCTURED;
   if (lower == "conventional") return v1::MODE_CONVENTIONAL;
   if (lower == "parallel") return v1::MODE_PARALLEL;
-  // Encoder-decoder (T5) modes (#14).
+  // Encoder-decoder (T5) modes.
   if (lower == "saicl") return v1::MODE_SAICL;
   if (lower == "fid") return v1::MODE_FID;
   if (lower == "ensemble") return v1::MODE_ENSEMBLE;

@@ -1,4 +1,4 @@
-// Task lifecycle against the real server binary (issue #12): a replace killed with SIGKILL while
+// Task lifecycle against the real server binary: a replace killed with SIGKILL while
 // it encodes keeps the acknowledged version (identical scores after restart, no orphan KV);
 // Classify racing replaces that change the labels answers every request from one version; a task
 // whose stored record has a flipped byte on disk is quarantined (FAILED, reason, log line, metric)

@@ -1,10 +1,11 @@
-// T5 through the gRPC API (#13 §3, #14 API): a real server (ServerApp) on 127.0.0.1 with an
+// T5 through the gRPC API: a real server (ServerApp) on 127.0.0.1 with an
 // ephemeral port serves a tiny random T5 directory (make-tiny-t5's writer) with a hand-made
 // Unigram tokenizer.json, for both T5 configs (v1.0: relu, tied head; v1.1: gated-gelu, untied).
 // Every score and token the API returns is compared with the engine called directly on its own
 // copy of the model (engine/t5/prompt_modes.h): CONVENTIONAL, SAICL, FID, ENSEMBLE and GROUP_FID
 // tasks; Classify, StreamClassify, Score and Generate; the modes each architecture refuses; the
-// task record surviving a restart; and permutation invariance of the #14 modes through the API.
+// task record surviving a restart; and permutation invariance of the encoder-decoder modes through
+// the API.
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // kill-campaign: SIGKILLs the real manyshot-server again and again while it creates, replaces and
 // deletes tasks and serves Classify/StreamClassify, restarting it on the same data directory each
 // time, and checks after every restart that no acknowledged task was lost, nothing is partial and
-// every score is bit-identical to a server that was never killed (issue #12, Campaigns).
+// every score is bit-identical to a server that was never killed.
 //
 //   kill-campaign --cycles=100 --seed=1 --json
 //

@@ -41,9 +41,9 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  # Issue 9 section 4: context attention and queries/s against same-run references and the
-  # PyTorch peer; then restore of the 1000-shot task (2.25 GB of f32 K/V) from RocksDB into GPU
-  # memory against re-encoding it (--quick: the scaling rounds stop at 1000 shots).
+  # The speed targets (docs/performance.md): context attention and queries/s against same-run
+  # references and the PyTorch peer; then restore of the 1000-shot task (its f32 K/V) from RocksDB
+  # into GPU memory against re-encoding it (--quick: the scaling rounds stop at 1000 shots).
   # BENCH_TIMEOUT (seconds, default 300) bounds each; BENCH_DEADLINE (epoch seconds) all of them.
   for bench in attention cache; do
     limit=${BENCH_TIMEOUT:-300}

@@ -103,7 +103,7 @@ if [ -n "$bundle" ]; then
     say "no time left for the benchmarks (${remaining}s)"
     status=1
   else
-    # Attention first (issue 9's main figures), then the restore; both end by the deadline.
+    # Attention first (the main speed targets), then the restore; both end by the deadline.
     say "benchmarks, ${remaining}s"
     deadline=$(($(date +%s) + remaining))
     OUT="$logs/checks" BENCH_DEADLINE=$deadline bash tools/gpu/run_checks.sh \

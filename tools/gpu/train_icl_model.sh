@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On a GPU machine, in ONE device call: trains the small ICL demonstration model (issue #15 part
-# 2; tools/icl_model/README.md), exports it, evaluates it on SST-2, and leaves under $OUT what
+# On a GPU machine, in ONE device call: trains the small ICL demonstration model
+# (tools/icl_model/README.md), exports it, evaluates it on SST-2, and leaves under $OUT what
 # the device run may bring back (at most 8 files of at most 16 MiB, 64 MiB in all):
 #
 #   $OUT/train.log            everything printed, kept even when the run is cut off

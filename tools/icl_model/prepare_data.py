@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Builds the meta-ICL training data for the small ICL model (issue #15 part 2) from
+"""Builds the meta-ICL training data for the small ICL model from
 ../shared/datasets: token ids of every example, the template and label-word pieces an episode is
 assembled from, and SST-2 for the final evaluation only. Runs here, before the GPU session.
 

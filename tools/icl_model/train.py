@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the small ICL demonstration model of issue #15 part 2 on a GPU, evaluates it on SST-2
+"""Trains the small ICL demonstration model on a GPU, evaluates it on SST-2
 and exports it as a Hugging Face GPT-2 directory. Runs on the GPU machine (torch); see README.md
 in this folder for the one-call device run (tools/gpu/train_icl_model.sh).
 
@@ -632,7 +632,7 @@ def main(argv=None):
         if k not in ("data_dir", "out_dir", "dry_run", "steps", "stop_after_steps")] + [
         f"--steps={total}"] + ([f"--stop_after_steps={step}"] if total and step < total else [])
     provenance = {
-        "what": "small GPT-2-architecture ICL demonstration model (issue #15 part 2): trained "
+        "what": "small GPT-2-architecture ICL demonstration model: trained "
                 "from scratch on meta-ICL episodes with randomised label words; SST-2 held out",
         "commit": args.commit, "seed": args.seed, "settings": vars(args),
         "parameters": params, "steps_planned": total, "steps_done": step,
