@@ -325,19 +325,20 @@ void Summarize(const std::vector<double>& values, double* mean, double* std) {
   *std = std::sqrt(squares / static_cast<double>(values.size() - 1));
 }
 
-absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDataset& dataset,
-                                         const EvalPlan& plan, const EvalProgress& progress,
-                                         const std::atomic<bool>* cancelled) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+absl::Status CheckPlan(const EvalPlan& plan, const EvalDataset& dataset) {
   if (plan.samples < 1) return absl::InvalidArgumentError("--samples must be >= 1");
   if (plan.modes.empty()) return absl::InvalidArgumentError("--modes: no modes");
   if (plan.batch < 1) return absl::InvalidArgumentError("--batch must be >= 1");
   if (dataset.test.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(dataset.name, ": the test split is empty"));
   }
-  auto shots = ResolveShots(plan, dataset.train.size(), dataset.name);
-  if (!shots.ok()) return shots.status();
+  return absl::OkStatus();
+}
 
+// The report's description of the run, with one empty cell per mode and shot count.
+EvalReport NewReport(const EvalDataset& dataset, const EvalPlan& plan, std::vector<int64_t> shots) {
   EvalReport report;
   report.dataset = dataset.name;
   report.input_template = dataset.input_template;
@@ -345,53 +346,75 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
   report.generation = dataset.labels.empty();
   report.train_examples = dataset.train.size();
   report.test_available = dataset.test.size();
-  report.shots = *shots;
+  report.shots = std::move(shots);
   report.modes = plan.modes;
   for (int s = 0; s < plan.samples; ++s) report.seeds.push_back(plan.first_seed + s);
+  for (v1::Mode mode : plan.modes) {
+    for (int64_t n : report.shots) {
+      EvalCell cell;
+      cell.mode = mode;
+      cell.shots = n;
+      report.cells.push_back(cell);
+    }
+  }
+  return report;
+}
 
-  // The test split: the same inputs, in the same order, for every cell.
-  std::vector<size_t> test_order =
-      SampleIndices(dataset.test.size(),
-                    plan.test_limit == 0 ? dataset.test.size() : plan.test_limit, plan.first_seed);
+// The test inputs every cell answers, with their gold answers.
+struct TestSet {
   std::vector<v1::Input> inputs;
-  std::vector<int> gold;
-  std::vector<std::string> gold_text;
-  for (size_t index : test_order) {
+  std::vector<int> gold;               // label indices (classification)
+  std::vector<std::string> gold_text;  // expected answers (generation)
+};
+
+// The same inputs, in the same order, for every cell, so that cells compare.
+TestSet SelectTestSet(const EvalDataset& dataset, const EvalPlan& plan, bool generation) {
+  TestSet test;
+  const size_t count = plan.test_limit == 0 ? dataset.test.size() : plan.test_limit;
+  for (size_t index : SampleIndices(dataset.test.size(), count, plan.first_seed)) {
     const v1::Demonstration& example = dataset.test[index];
-    inputs.push_back(AsInput(example));
-    if (report.generation) {
-      gold_text.push_back(std::string(absl::StripAsciiWhitespace(example.label())));
+    test.inputs.push_back(AsInput(example));
+    if (generation) {
+      test.gold_text.push_back(std::string(absl::StripAsciiWhitespace(example.label())));
     } else {
-      gold.push_back(GoldLabelIndex(example, dataset.labels));
+      test.gold.push_back(GoldLabelIndex(example, dataset.labels));
     }
   }
-  report.test_examples = inputs.size();
-  if (!report.generation) {
-    std::vector<size_t> counts(dataset.labels.size() + 1, 0);
-    for (int g : gold) ++counts[g < 0 ? dataset.labels.size() : static_cast<size_t>(g)];
-    counts.back() = 0;  // an input without a gold label is no class
-    report.majority_rate = static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
-                           static_cast<double>(inputs.size());
-  }
+  return test;
+}
 
+// The share of the most frequent gold label among `gold` (indices below `label_count`).
+double MajorityRate(const std::vector<int>& gold, size_t label_count) {
+  std::vector<size_t> counts(label_count + 1, 0);
+  for (int g : gold) ++counts[g < 0 ? label_count : static_cast<size_t>(g)];
+  counts.back() = 0;  // an input without a gold label is no class
+  return static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
+         static_cast<double>(gold.size());
+}
+
+// Records the server's model in the report and checks that it runs every planned mode; returns
+// whether the model is an encoder-decoder (its modes are task-level).
+absl::StatusOr<bool> DescribeServerModel(const CliContext& cli, const EvalPlan& plan,
+                                         EvalReport* report) {
   auto stub = v1::ManyShot::NewStub(cli.channel);
-  bool encoder_decoder = false;
-  {
-    v1::ServerInfo info;
-    auto call = cli.NewCall();
-    grpc::Status status = stub->GetServerInfo(call.get(), v1::GetServerInfoRequest(), &info);
-    if (!status.ok()) return FromGrpc(status, "GetServerInfo");
-    report.model = absl::StrCat(info.model().model_type(), " ",
-                                std::filesystem::path(info.model().path()).filename().string());
-    report.random_weights = info.model().random_weights();
-    report.context_length = info.model().context_length();
-    encoder_decoder = info.model().encoder_decoder();
-    if (absl::Status fits = CheckModesFitModel(plan, encoder_decoder, info.model().model_type());
-        !fits.ok()) {
-      return fits;
-    }
+  v1::ServerInfo info;
+  auto call = cli.NewCall();
+  grpc::Status status = stub->GetServerInfo(call.get(), v1::GetServerInfoRequest(), &info);
+  if (!status.ok()) return FromGrpc(status, "GetServerInfo");
+  report->model = absl::StrCat(info.model().model_type(), " ",
+                               std::filesystem::path(info.model().path()).filename().string());
+  report->random_weights = info.model().random_weights();
+  report->context_length = info.model().context_length();
+  const bool encoder_decoder = info.model().encoder_decoder();
+  if (absl::Status fits = CheckModesFitModel(plan, encoder_decoder, info.model().model_type());
+      !fits.ok()) {
+    return fits;
   }
+  return encoder_decoder;
+}
 
+// The spec every task of the evaluation shares.
+v1::TaskSpec BaseTaskSpec(const EvalDataset& dataset, const EvalPlan& plan, bool encoder_decoder) {
   v1::TaskSpec spec;
   spec.set_input_template(dataset.input_template);
   for (const std::string& label : dataset.labels) spec.add_labels(label);
@@ -409,99 +432,163 @@ absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDatase
   if (!encoder_decoder) {
     spec.set_group_length(plan.group_length);
     // Whole demonstrations per group, so that the first group holds exactly the demonstrations
-    // CONVENTIONAL's single window takes (docs/structured_prompting.md, "Groups",
-    // "CONVENTIONAL").
+    // CONVENTIONAL's single window takes (docs/structured_prompting.md, "Groups", "CONVENTIONAL").
     spec.set_alignment(v1::ALIGNMENT_ATTENTION_MASK);
     spec.set_mode(v1::MODE_STRUCTURED);
   }
+  return spec;
+}
 
-  for (v1::Mode mode : plan.modes) {
-    for (int64_t n : report.shots) {
-      EvalCell cell;
-      cell.mode = mode;
-      cell.shots = n;
-      report.cells.push_back(cell);
+// Fills the report's cells: for each sample (seed) and shot count, the tasks it needs, each queried
+// on the whole test set in every planned mode.
+class CellRunner {
+ public:
+  CellRunner(const CliContext& cli, const EvalDataset& dataset, const EvalPlan& plan,
+             const EvalProgress& progress, const TestSet& test, bool encoder_decoder,
+             const std::atomic<bool>* cancelled, EvalReport* report)
+      : cli_(cli),
+        dataset_(dataset),
+        plan_(plan),
+        progress_(progress),
+        test_(test),
+        encoder_decoder_(encoder_decoder),
+        spec_(BaseTaskSpec(dataset, plan, encoder_decoder)),
+        report_(*report),
+        watch_(cancelled),
+        prefix_(plan.task_prefix.empty() ? UniquePrefix() : plan.task_prefix) {}
+
+  absl::Status RunSample(size_t s) {
+    const int64_t largest = *std::max_element(report_.shots.begin(), report_.shots.end());
+    const std::vector<size_t> sample =
+        SampleIndices(dataset_.train.size(), static_cast<size_t>(largest), report_.seeds[s]);
+    for (size_t k = 0; k < report_.shots.size(); ++k) {
+      if (watch_.Cancelled()) return CancelledError();
+      if (absl::Status done = RunShotCount(s, k, sample); !done.ok()) return done;
     }
+    return absl::OkStatus();
   }
-  auto cell_of = [&](size_t m, size_t k) -> EvalCell& {
-    return report.cells[m * report.shots.size() + k];
-  };
 
-  CancelWatch watch(cancelled);
-  const std::string prefix = plan.task_prefix.empty() ? UniquePrefix() : plan.task_prefix;
-  for (size_t s = 0; s < report.seeds.size(); ++s) {
-    const uint64_t seed = report.seeds[s];
-    const int64_t largest = *std::max_element(report.shots.begin(), report.shots.end());
-    std::vector<size_t> sample =
-        SampleIndices(dataset.train.size(), static_cast<size_t>(largest), seed);
-    for (size_t k = 0; k < report.shots.size(); ++k) {
-      const int64_t n = report.shots[k];
-      if (watch.Cancelled()) return CancelledError();
-      std::vector<v1::Demonstration> demonstrations;
-      for (int64_t i = 0; i < n; ++i) demonstrations.push_back(dataset.train[sample[i]]);
-      const std::string task_id = absl::StrCat(prefix, "-n", n, "-seed", seed);
-      auto create = [&](EvalTask& task,
-                        const v1::TaskSpec& task_spec) -> absl::StatusOr<v1::TaskStats> {
-        progress(absl::StrCat("sample ", s + 1, "/", report.seeds.size(), " (seed ", seed, "), ", n,
-                              " shots: encoding task ", task.id()));
-        auto created = task.Create(task_spec, demonstrations, &watch);
-        if (!created.ok()) return created.status();
-        if (created->state() != v1::TASK_STATE_READY) {
-          return absl::InternalError(
-              absl::StrCat("task ", task.id(), " is not ready: ", created->error()));
-        }
-        report.group_length = created->stats().group_length();
-        return created->stats();
-      };
-      // Decoder-only: one STRUCTURED task, the mode chosen per request. T5: the modes are
-      // task-level, so each mode gets its own task (created and deleted in turn).
-      std::optional<EvalTask> shared;
-      int64_t conventional_used = n;  // the demonstrations of the first group
-      if (!encoder_decoder) {
-        shared.emplace(cli, task_id);
-        auto stats = create(*shared, spec);
+ private:
+  // Decoder-only: one STRUCTURED task, the mode chosen per request. T5: the modes are task-level,
+  // so each mode gets its own task (created and deleted in turn).
+  absl::Status RunShotCount(size_t s, size_t k, const std::vector<size_t>& sample) {
+    const uint64_t seed = report_.seeds[s];
+    const int64_t n = report_.shots[k];
+    std::vector<v1::Demonstration> demonstrations;
+    for (int64_t i = 0; i < n; ++i) demonstrations.push_back(dataset_.train[sample[i]]);
+    const std::string task_id = absl::StrCat(prefix_, "-n", n, "-seed", seed);
+    const std::string step = absl::StrCat("sample ", s + 1, "/", report_.seeds.size(), " (seed ",
+                                          seed, "), ", n, " shots");
+    std::optional<EvalTask> shared;
+    int64_t conventional_used = n;  // the demonstrations of the first group
+    if (!encoder_decoder_) {
+      shared.emplace(cli_, task_id);
+      auto stats = CreateTask(*shared, spec_, demonstrations, step);
+      if (!stats.ok()) return stats.status();
+      if (stats->demonstrations_per_group_size() > 0) {
+        conventional_used = stats->demonstrations_per_group(0);
+      }
+    }
+    for (size_t m = 0; m < plan_.modes.size(); ++m) {
+      const v1::Mode mode = plan_.modes[m];
+      std::optional<EvalTask> own;
+      if (encoder_decoder_) {
+        own.emplace(cli_, absl::StrCat(task_id, "-", ModeName(mode)));
+        auto stats = CreateTask(*own, EncoderDecoderSpec(mode, n), demonstrations, step);
         if (!stats.ok()) return stats.status();
-        if (stats->demonstrations_per_group_size() > 0) {
-          conventional_used = stats->demonstrations_per_group(0);
-        }
       }
-      for (size_t m = 0; m < plan.modes.size(); ++m) {
-        const v1::Mode mode = plan.modes[m];
-        std::optional<EvalTask> own;
-        if (encoder_decoder) {
-          own.emplace(cli, absl::StrCat(task_id, "-", ModeName(mode)));
-          v1::TaskSpec t5_spec = spec;
-          t5_spec.set_mode(mode);
-          if (mode == v1::MODE_GROUP_FID) {
-            t5_spec.set_groups(static_cast<uint32_t>(std::min<int64_t>(plan.groups, n)));
-          }
-          if (auto stats = create(*own, t5_spec); !stats.ok()) return stats.status();
-        }
-        const EvalTask& task = encoder_decoder ? *own : *shared;
-        // A T5 task answers in its own mode; the request names none.
-        const v1::Mode request_mode = encoder_decoder ? v1::MODE_UNSPECIFIED : mode;
-        size_t correct = 0;
-        if (report.generation) {
-          auto answers = GenerateAll(cli, task.id(), inputs, request_mode, &watch);
-          if (!answers.ok()) return answers.status();
-          for (size_t i = 0; i < inputs.size(); ++i) correct += (*answers)[i] == gold_text[i];
-        } else {
-          auto predicted = ClassifyAll(cli, task.id(), inputs, request_mode, plan.batch, &watch);
-          if (!predicted.ok()) return predicted.status();
-          for (size_t i = 0; i < inputs.size(); ++i) {
-            correct += static_cast<int>((*predicted)[i]) == gold[i];
-          }
-        }
-        EvalCell& cell = cell_of(m, k);
-        cell.accuracy.push_back(static_cast<double>(correct) / static_cast<double>(inputs.size()));
-        // Decoder-only CONVENTIONAL reads the first group (one window); every other mode, and
-        // every T5 mode, reads all n.
-        cell.used.push_back(!encoder_decoder && mode == v1::MODE_CONVENTIONAL ? conventional_used
-                                                                              : n);
-        progress(absl::StrFormat("sample %d/%d (seed %d), %d shots, %s: accuracy %.4f (%d/%d)",
-                                 s + 1, report.seeds.size(), seed, n, ModeName(mode),
-                                 cell.accuracy.back(), correct, inputs.size()));
+      const EvalTask& task = encoder_decoder_ ? *own : *shared;
+      // A T5 task answers in its own mode; the request names none.
+      auto correct = CountCorrect(task.id(), encoder_decoder_ ? v1::MODE_UNSPECIFIED : mode);
+      if (!correct.ok()) return correct.status();
+      EvalCell& cell = report_.cells[m * report_.shots.size() + k];
+      cell.accuracy.push_back(static_cast<double>(*correct) /
+                              static_cast<double>(test_.inputs.size()));
+      // Decoder-only CONVENTIONAL reads the first group (one window); every other mode, and every
+      // T5 mode, reads all n.
+      cell.used.push_back(!encoder_decoder_ && mode == v1::MODE_CONVENTIONAL ? conventional_used
+                                                                             : n);
+      progress_(absl::StrFormat("sample %d/%d (seed %d), %d shots, %s: accuracy %.4f (%d/%d)",
+                                s + 1, report_.seeds.size(), seed, n, ModeName(mode),
+                                cell.accuracy.back(), *correct, test_.inputs.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  // A T5 task's spec: the mode is the task's, FiD groups capped at the demonstrations.
+  v1::TaskSpec EncoderDecoderSpec(v1::Mode mode, int64_t n) const {
+    v1::TaskSpec spec = spec_;
+    spec.set_mode(mode);
+    if (mode == v1::MODE_GROUP_FID) {
+      spec.set_groups(static_cast<uint32_t>(std::min<int64_t>(plan_.groups, n)));
+    }
+    return spec;
+  }
+
+  absl::StatusOr<v1::TaskStats> CreateTask(EvalTask& task, const v1::TaskSpec& spec,
+                                           const std::vector<v1::Demonstration>& demonstrations,
+                                           const std::string& step) {
+    progress_(absl::StrCat(step, ": encoding task ", task.id()));
+    auto created = task.Create(spec, demonstrations, &watch_);
+    if (!created.ok()) return created.status();
+    if (created->state() != v1::TASK_STATE_READY) {
+      return absl::InternalError(
+          absl::StrCat("task ", task.id(), " is not ready: ", created->error()));
+    }
+    report_.group_length = created->stats().group_length();
+    return created->stats();
+  }
+
+  // How many test inputs the task answers right in `mode`.
+  absl::StatusOr<size_t> CountCorrect(const std::string& task_id, v1::Mode mode) {
+    size_t correct = 0;
+    if (report_.generation) {
+      auto answers = GenerateAll(cli_, task_id, test_.inputs, mode, &watch_);
+      if (!answers.ok()) return answers.status();
+      for (size_t i = 0; i < test_.inputs.size(); ++i) {
+        correct += (*answers)[i] == test_.gold_text[i];
       }
+    } else {
+      auto predicted = ClassifyAll(cli_, task_id, test_.inputs, mode, plan_.batch, &watch_);
+      if (!predicted.ok()) return predicted.status();
+      for (size_t i = 0; i < test_.inputs.size(); ++i) {
+        correct += static_cast<int>((*predicted)[i]) == test_.gold[i];
+      }
+    }
+    return correct;
+  }
+
+  const CliContext& cli_;
+  const EvalDataset& dataset_;
+  const EvalPlan& plan_;
+  const EvalProgress& progress_;
+  const TestSet& test_;
+  const bool encoder_decoder_;
+  const v1::TaskSpec spec_;
+  EvalReport& report_;
+  CancelWatch watch_;
+  const std::string prefix_;
+};
+
+}  // namespace
+
+absl::StatusOr<EvalReport> RunEvaluation(const CliContext& cli, const EvalDataset& dataset,
+                                         const EvalPlan& plan, const EvalProgress& progress,
+                                         const std::atomic<bool>* cancelled) {
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status valid = CheckPlan(plan, dataset); !valid.ok()) return valid;
+  auto shots = ResolveShots(plan, dataset.train.size(), dataset.name);
+  if (!shots.ok()) return shots.status();
+  EvalReport report = NewReport(dataset, plan, *std::move(shots));
+  const TestSet test = SelectTestSet(dataset, plan, report.generation);
+  report.test_examples = test.inputs.size();
+  if (!report.generation) report.majority_rate = MajorityRate(test.gold, dataset.labels.size());
+  auto encoder_decoder = DescribeServerModel(cli, plan, &report);
+  if (!encoder_decoder.ok()) return encoder_decoder.status();
+  {
+    CellRunner cells(cli, dataset, plan, progress, test, *encoder_decoder, cancelled, &report);
+    for (size_t s = 0; s < report.seeds.size(); ++s) {
+      if (absl::Status done = cells.RunSample(s); !done.ok()) return done;
     }
   }
   for (EvalCell& cell : report.cells) Summarize(cell.accuracy, &cell.mean, &cell.std);
