@@ -101,14 +101,9 @@ absl::Status CheckStartRoom(const std::filesystem::path& data_dir, uint64_t min_
       ": free space or grow the volume (or lower --min_free_disk_bytes) and start again"));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& config) {
-  std::unique_ptr<ServerApp> app(new ServerApp());
-  app->config_ = config;
-  if (auto status = ValidateServerConfig(config); !status.ok()) return status;
-  // Protobuf logs why it rejected a message (e.g. invalid UTF-8 in a field) to stderr, bypassing
-  // the log format; the service reports each bad request itself, so these are debug lines.
+// Protobuf logs why it rejected a message (e.g. invalid UTF-8 in a field) to stderr, bypassing
+// the log format; the service reports each bad request itself, so these are debug lines.
+void RouteProtobufLogs() {
   google::protobuf::SetLogHandler(
       [](google::protobuf::LogLevel level, const char*, int, const std::string& message) {
         if (level == google::protobuf::LOGLEVEL_FATAL) {
@@ -117,111 +112,153 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
           spdlog::debug("protobuf: {}", message);
         }
       });
+}
+
+void LogCacheMessage(LogLevel level, const std::string& message) {
+  if (level == LogLevel::kError) {
+    spdlog::error("cache: {}", message);
+  } else if (level == LogLevel::kWarning) {
+    spdlog::warn("cache: {}", message);
+  } else {
+    spdlog::info("cache: {}", message);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& config) {
+  std::unique_ptr<ServerApp> app(new ServerApp());
+  app->config_ = config;
+  if (auto status = ValidateServerConfig(config); !status.ok()) return status;
+  RouteProtobufLogs();
   // Security configuration first: a bad certificate or tokens file fails before any slow work.
   auto creds = MakeServerCredentials(config, &app->tenants_);
   if (!creds.ok()) return creds.status();
-  auto data_dir = DataDir::Open(config.data_dir);
-  if (!data_dir.ok()) return data_dir.status();
-  app->data_dir_ = *std::move(data_dir);
-  // RocksDB aborts (an assertion in Debian's build) when it opens on a full disk: refuse first.
-  if (auto room = CheckStartRoom(app->data_dir_->path(), config.min_free_disk_bytes); !room.ok()) {
-    return room;
-  }
-
+  if (auto status = app->OpenDataDir(); !status.ok()) return status;
   auto metrics = Metrics::Start(config.metrics_address);
   if (!metrics.ok()) return metrics.status();
   app->metrics_ = *std::move(metrics);
+  if (auto status = app->LoadModel(); !status.ok()) return status;
+  if (auto status = app->OpenCache(); !status.ok()) return status;
+  if (auto status = app->OpenTasks(); !status.ok()) return status;
+  app->CreateService();
+  if (auto status = app->Listen(*creds); !status.ok()) return status;
+  spdlog::info(
+      "manyshot-server listening grpc={} port={} metrics_port={} data_dir={} tls={} mtls={} "
+      "auth={}",
+      config.listen_address, app->grpc_port_, app->metrics_port(), app->data_dir_->path().string(),
+      !config.tls_cert_file.empty(), !config.tls_client_ca_file.empty(),
+      !config.auth_tokens_file.empty());
+  return app;
+}
 
-  // The model loads before the gRPC server exists, so health (and every RPC) is answered only
-  // once it is ready; a model that fails to load stops the start with the error.
-  auto model = LoadServedModel(config, app->data_dir_->path());
+absl::Status ServerApp::OpenDataDir() {
+  auto data_dir = DataDir::Open(config_.data_dir);
+  if (!data_dir.ok()) return data_dir.status();
+  data_dir_ = *std::move(data_dir);
+  // RocksDB aborts (an assertion in Debian's build) when it opens on a full disk: refuse first.
+  return CheckStartRoom(data_dir_->path(), config_.min_free_disk_bytes);
+}
+
+// The model loads before the gRPC server exists, so health (and every RPC) is answered only once
+// it is ready; a model that fails to load stops the start with the error.
+absl::Status ServerApp::LoadModel() {
+  auto model = LoadServedModel(config_, data_dir_->path());
   if (!model.ok()) return model.status();
-  app->model_ = std::make_shared<const LoadedModel>(*std::move(model));
-  app->metrics_->SetBackend(app->model_->backend->name(), app->model_->backend->description(),
-                            std::string(DTypeName(app->model_->description().compute_dtype)),
-                            std::string(DTypeName(app->model_->description().kv_dtype)));
-  app->metrics_->SetModel(app->model_->description().model_type,
-                          app->model_->description().architecture());
+  model_ = std::make_shared<const LoadedModel>(*std::move(model));
+  metrics_->SetBackend(model_->backend->name(), model_->backend->description(),
+                       std::string(DTypeName(model_->description().compute_dtype)),
+                       std::string(DTypeName(model_->description().kv_dtype)));
+  metrics_->SetModel(model_->description().model_type, model_->description().architecture());
+  return absl::OkStatus();
+}
 
-  // The KV cache (RocksDB under the data directory) and the tasks it holds.
-  ContextCacheOptions cache_options;
+absl::StatusOr<ContextCacheOptions> ServerApp::CacheOptions() {
+  const bool on_gpu = model_->backend->device() == Device::kCUDA;
+  ContextCacheOptions options;
   // The memory tier lives where the backend's tensors do: GPU memory on the CUDA backend.
-  cache_options.memory_budget_bytes = app->model_->backend->device() == Device::kCUDA
-                                          ? config.gpu_memory_budget_bytes
-                                          : config.memory_budget_bytes;
-  cache_options.disk_budget_bytes = config.disk_budget_bytes;
-  cache_options.disk_reserve_bytes = config.min_free_disk_bytes;
+  options.memory_budget_bytes =
+      on_gpu ? config_.gpu_memory_budget_bytes : config_.memory_budget_bytes;
+  options.disk_budget_bytes = config_.disk_budget_bytes;
+  options.disk_reserve_bytes = config_.min_free_disk_bytes;
   // Contexts evicted from GPU memory wait in pinned host memory before falling back to RocksDB.
-  if (app->model_->backend->device() == Device::kCUDA) {
-    cache_options.host_budget_bytes = config.host_memory_budget_bytes;
-  }
-  cache_options.eager_restore = config.eager_restore;
-  if (app->model_->backend->device() == Device::kCUDA &&
-      config.gpu_pool_release_threshold_bytes >= 0) {
-    const auto bytes = static_cast<uint64_t>(config.gpu_pool_release_threshold_bytes);
-    if (auto s = SetGpuPoolReleaseThreshold(config.device, bytes); !s.ok()) return s;
+  if (on_gpu) options.host_budget_bytes = config_.host_memory_budget_bytes;
+  options.eager_restore = config_.eager_restore;
+  if (on_gpu && config_.gpu_pool_release_threshold_bytes >= 0) {
+    const auto bytes = static_cast<uint64_t>(config_.gpu_pool_release_threshold_bytes);
+    if (auto s = SetGpuPoolReleaseThreshold(config_.device, bytes); !s.ok()) return s;
     spdlog::info("cuda: the memory pool keeps at most {} freed bytes", bytes);
   }
   // Unset: the backend's default (server/kv_dtype_default.h); what the service checks specs
   // against and GetServerInfo reports from here on.
-  if (app->config_.kv_dtype.empty()) {
-    app->config_.kv_dtype =
-        DefaultKvDtype(app->model_->backend->device(), app->model_->description().compute_dtype);
+  if (config_.kv_dtype.empty()) {
+    config_.kv_dtype =
+        DefaultKvDtype(model_->backend->device(), model_->description().compute_dtype);
   }
-  auto kv_dtype = ParseDTypeFlag("kv_dtype", app->config_.kv_dtype);
+  auto kv_dtype = ParseDTypeFlag("kv_dtype", config_.kv_dtype);
   if (!kv_dtype.ok()) return kv_dtype.status();
-  cache_options.kv_dtype = kv_dtype->value_or(DType::kF32);
-  if (const int64_t head_dim = app->model_->description().context_head_dim; head_dim != 0) {
-    spdlog::info("attention: {}", AttentionKernelDescription(app->model_->backend->device(),
-                                                             cache_options.kv_dtype, head_dim));
+  options.kv_dtype = kv_dtype->value_or(DType::kF32);
+  if (const int64_t head_dim = model_->description().context_head_dim; head_dim != 0) {
+    spdlog::info("attention: {}",
+                 AttentionKernelDescription(model_->backend->device(), options.kv_dtype, head_dim));
   }
   // Both backends' attention reads 16-bit context K/V directly: keep memory in the storage dtype.
-  cache_options.memory_holds_storage_dtype = true;
-  cache_options.log = [](LogLevel level, const std::string& message) {
-    if (level == LogLevel::kError) {
-      spdlog::error("cache: {}", message);
-    } else if (level == LogLevel::kWarning) {
-      spdlog::warn("cache: {}", message);
-    } else {
-      spdlog::info("cache: {}", message);
-    }
-  };
-  auto cache =
-      ContextCache::Open(app->data_dir_->path() / "cache", cache_options, *app->model_->backend);
+  options.memory_holds_storage_dtype = true;
+  options.log = &LogCacheMessage;
+  return options;
+}
+
+// The KV cache (RocksDB under the data directory).
+absl::Status ServerApp::OpenCache() {
+  auto options = CacheOptions();
+  if (!options.ok()) return options.status();
+  auto cache = ContextCache::Open(data_dir_->path() / "cache", *options, *model_->backend);
   if (!cache.ok()) return cache.status();
-  app->cache_ = *std::move(cache);
-  app->registry_ = std::make_unique<TaskRegistry>(*app->model_, *app->cache_, app->config_);
-  if (auto s = app->registry_->Restore(); !s.ok()) return s;
-  app->shared_metrics_ = std::make_unique<SharedMetrics>(app->metrics_->registry());
-  if (!config.shared_dir.empty()) {
-    auto shared = SharedTier::Open(config.shared_dir, *app->model_->backend,
-                                   app->cache_->storage_dtype(), *app->shared_metrics_);
+  cache_ = *std::move(cache);
+  return absl::OkStatus();
+}
+
+// The tasks the cache holds, and the shared tier they may come from (--shared_dir).
+absl::Status ServerApp::OpenTasks() {
+  registry_ = std::make_unique<TaskRegistry>(*model_, *cache_, config_);
+  if (auto s = registry_->Restore(); !s.ok()) return s;
+  shared_metrics_ = std::make_unique<SharedMetrics>(metrics_->registry());
+  if (!config_.shared_dir.empty()) {
+    auto shared = SharedTier::Open(config_.shared_dir, *model_->backend, cache_->storage_dtype(),
+                                   *shared_metrics_);
     if (!shared.ok()) return shared.status();
-    app->shared_ = *std::move(shared);
-    app->registry_->AttachShared(app->shared_.get());
+    shared_ = *std::move(shared);
+    registry_->AttachShared(shared_.get());
   }
-  app->service_metrics_ = std::make_unique<ServiceMetrics>(
-      app->metrics_->registry(), *app->cache_,
-      app->model_->backend->device() == Device::kCUDA ? "gpu" : "host");
-  app->metrics_->Register(app->service_metrics_->cache_collector());
-  app->task_collector_ = MakeTaskStateCollector(*app->registry_);
-  app->metrics_->Register(app->task_collector_);  // the exposer keeps only a weak pointer
-  ServiceMetrics* sm = app->service_metrics_.get();
+  return absl::OkStatus();
+}
+
+// The service and what it runs on: its metrics, the scheduler and the preparation threads.
+void ServerApp::CreateService() {
+  service_metrics_ = std::make_unique<ServiceMetrics>(
+      metrics_->registry(), *cache_, model_->backend->device() == Device::kCUDA ? "gpu" : "host");
+  metrics_->Register(service_metrics_->cache_collector());
+  task_collector_ = MakeTaskStateCollector(*registry_);
+  metrics_->Register(task_collector_);  // the exposer keeps only a weak pointer
+  ServiceMetrics* sm = service_metrics_.get();
   SchedulerHooks hooks;
   hooks.on_batch = [sm](size_t n) { sm->Batch(n); };
   hooks.on_wait = [sm](double s) { sm->QueueWait(s); };
   hooks.on_depth = [sm](size_t d) { sm->QueueDepth(d); };
-  app->scheduler_ = std::make_unique<Scheduler>(*app->registry_, app->config_, hooks);
+  scheduler_ = std::make_unique<Scheduler>(*registry_, config_, hooks);
   const int preparation_threads =
-      config.preparation_threads > 0
-          ? config.preparation_threads
+      config_.preparation_threads > 0
+          ? config_.preparation_threads
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  app->preparation_ = std::make_unique<PreparationPool>(
-      preparation_threads, static_cast<size_t>(std::max(1, config.max_queue_inputs)));
-  app->service_ =
-      std::make_unique<ManyShotService>(app->config_, app->tenants_, app->model_, *app->registry_,
-                                        *app->preparation_, *app->scheduler_, *app->cache_, *sm);
+  preparation_ = std::make_unique<PreparationPool>(
+      preparation_threads, static_cast<size_t>(std::max(1, config_.max_queue_inputs)));
+  service_ = std::make_unique<ManyShotService>(config_, tenants_, model_, *registry_, *preparation_,
+                                               *scheduler_, *cache_, *sm);
+}
 
+// The gRPC server with the service, health and reflection, and the watches that turn health
+// NOT_SERVING.
+absl::Status ServerApp::Listen(const std::shared_ptr<grpc::ServerCredentials>& creds) {
   // Both must happen before the builder is created: the health service is created by the
   // builder, and the reflection plugin is only linked in when this function is called.
   grpc::EnableDefaultHealthCheckService(true);
@@ -237,33 +274,27 @@ absl::StatusOr<std::unique_ptr<ServerApp>> ServerApp::Start(const ServerConfig& 
   // client queues the rest), and keepalive pings that find peers which vanished without closing,
   // whose streams then end instead of holding their slots.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             static_cast<int>(config.max_streams_per_connection));
+                             static_cast<int>(config_.max_streams_per_connection));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
-  builder.AddListeningPort(config.listen_address, *creds, &app->grpc_port_);
-  builder.RegisterService(app->service_.get());
-  app->server_ = builder.BuildAndStart();
-  if (app->server_ == nullptr || app->grpc_port_ == 0) {
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.AddListeningPort(config_.listen_address, creds, &grpc_port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || grpc_port_ == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on --listen_address=", config.listen_address,
+        absl::StrCat("cannot listen on --listen_address=", config_.listen_address,
                      " (address in use or not local?)"));
   }
-  auto* health = app->server_->GetHealthCheckService();
+  auto* health = server_->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus("manyshot.v1.ManyShot", true);
-  app->store_watch_ = std::make_unique<StoreWatch>(*app->cache_, *health);
+  store_watch_ = std::make_unique<StoreWatch>(*cache_, *health);
   // A device fault takes the process's own shutdown path: main drains and exits non-zero.
-  app->device_watch_ = std::make_unique<DeviceWatch>(*health, &manyshot::DeviceFault,
-                                                     [] { ::kill(::getpid(), SIGTERM); });
-  spdlog::info(
-      "manyshot-server listening grpc={} port={} metrics_port={} data_dir={} tls={} mtls={} "
-      "auth={}",
-      config.listen_address, app->grpc_port_, app->metrics_port(), app->data_dir_->path().string(),
-      !config.tls_cert_file.empty(), !config.tls_client_ca_file.empty(),
-      !config.auth_tokens_file.empty());
-  return app;
+  device_watch_ = std::make_unique<DeviceWatch>(*health, &manyshot::DeviceFault,
+                                                [] { ::kill(::getpid(), SIGTERM); });
+  return absl::OkStatus();
 }
 
 void ServerApp::StopServing() {

@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "cache/context_cache.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "server/auth.h"
 #include "server/data_dir.h"
@@ -39,6 +41,15 @@ class ServerApp {
 
  private:
   ServerApp() = default;
+  // Start()'s steps, in order; each fails the start with its error.
+  absl::Status OpenDataDir();
+  absl::Status LoadModel();
+  absl::StatusOr<ContextCacheOptions> CacheOptions();  // settles --kv_dtype's default
+  absl::Status OpenCache();
+  absl::Status OpenTasks();
+  void CreateService();
+  absl::Status Listen(const std::shared_ptr<grpc::ServerCredentials>& creds);
+
   ServerConfig config_;
   TenantDirectory tenants_;  // the bearer tokens' tenants; off without --auth_tokens_file
   std::unique_ptr<DataDir> data_dir_;
