@@ -95,37 +95,34 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-}  // namespace
-
-int RunCreate(const CliContext& cli) {
-  const std::string cmd = "create";
-  std::string task_id;
-  if (!TaskIdArg(cli, cmd, &task_id)) return 2;
-  std::string path = absl::GetFlag(FLAGS_file);
-  if (path.empty()) return ReportUsageError(cmd, "--file=PATH is required");
-  std::string input_template = UnescapeFlagValue(absl::GetFlag(FLAGS_template));
-  if (input_template.empty()) return ReportUsageError(cmd, "--template is required");
-
+// The demonstrations file's format: --format, else the file's extension; a plain text file has
+// no label field, so it cannot hold demonstrations.
+absl::StatusOr<ExampleFormat> DemonstrationsFormat(const std::string& path) {
   std::optional<ExampleFormat> format;
   if (!absl::GetFlag(FLAGS_format).empty()) {
     auto parsed = ParseExampleFormat(absl::GetFlag(FLAGS_format));
-    if (!parsed.ok()) return ReportUsageError(cmd, std::string(parsed.status().message()));
+    if (!parsed.ok()) return parsed.status();
     format = *parsed;
   } else {
     format = ExampleFormatFromPath(path);
   }
   if (!format.has_value() || *format == ExampleFormat::kText) {
-    return ReportUsageError(cmd, absl::StrCat("--file=", path,
-                                              ": give --format=jsonl|csv|tsv (demonstrations need "
-                                              "a text and a label field)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--file=", path,
+        ": give --format=jsonl|csv|tsv (demonstrations need a text and a label field)"));
   }
+  return *format;
+}
 
+// Which columns of the file feed the text, the label and the template's placeholders.
+absl::StatusOr<FieldOptions> FieldOptionsFromFlags(const CliContext& cli,
+                                                   const std::string& input_template) {
   FieldOptions options;
   options.text_field = absl::GetFlag(FLAGS_text_field);
   options.label_field = absl::GetFlag(FLAGS_label_field);
   options.labels = absl::GetFlag(FLAGS_labels);
   auto fields = ParseFieldMappings(cli.Repeated("field"));
-  if (!fields.ok()) return ReportUsageError(cmd, std::string(fields.status().message()));
+  if (!fields.ok()) return fields.status();
   options.fields = *fields;
   // With several placeholders, a placeholder without --field reads the field of its own name.
   std::vector<std::string> placeholders = TemplatePlaceholders(input_template);
@@ -133,9 +130,13 @@ int RunCreate(const CliContext& cli) {
     for (const std::string& name : placeholders) options.fields.emplace(name, name);
   }
   auto label_map = ParseKeyValueList(absl::GetFlag(FLAGS_label_map), "label_map");
-  if (!label_map.ok()) return ReportUsageError(cmd, std::string(label_map.status().message()));
+  if (!label_map.ok()) return label_map.status();
   options.label_map = *label_map;
+  return options;
+}
 
+absl::StatusOr<v1::TaskSpec> TaskSpecFromFlags(const std::string& input_template,
+                                               const std::vector<std::string>& labels) {
   v1::TaskSpec spec;
   spec.set_input_template(input_template);
   if (auto v = absl::GetFlag(FLAGS_answer_template))
@@ -144,19 +145,19 @@ int RunCreate(const CliContext& cli) {
   if (auto v = absl::GetFlag(FLAGS_calibration_text)) {
     spec.set_calibration_text(UnescapeFlagValue(*v));
   }
-  for (const std::string& label : options.labels) spec.add_labels(label);
+  for (const std::string& label : labels) spec.add_labels(label);
   spec.set_shuffle_seed(absl::GetFlag(FLAGS_shuffle_seed));
   spec.set_group_length(absl::GetFlag(FLAGS_group_length));
   auto alignment = ParseAlignment(absl::GetFlag(FLAGS_alignment));
-  if (!alignment.ok()) return ReportUsageError(cmd, std::string(alignment.status().message()));
+  if (!alignment.ok()) return alignment.status();
   spec.set_alignment(*alignment);
   auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return ReportUsageError(cmd, std::string(mode.status().message()));
+  if (!mode.ok()) return mode.status();
   spec.set_mode(*mode);
   spec.set_groups(absl::GetFlag(FLAGS_groups));
   spec.set_segment_length(absl::GetFlag(FLAGS_segment_length));
   double rescale = absl::GetFlag(FLAGS_rescale_factor);
-  if (rescale < 0) return ReportUsageError(cmd, "--rescale_factor must be >= 0");
+  if (rescale < 0) return absl::InvalidArgumentError("--rescale_factor must be >= 0");
   spec.set_rescale_factor(rescale);
   std::string long_policy = absl::GetFlag(FLAGS_long_demonstrations);
   if (long_policy == "reject") {
@@ -164,38 +165,36 @@ int RunCreate(const CliContext& cli) {
   } else if (long_policy == "truncate") {
     spec.set_long_demonstrations(v1::LONG_DEMONSTRATION_POLICY_TRUNCATE);
   } else if (!long_policy.empty()) {
-    return ReportUsageError(cmd, "--long_demonstrations: expected reject or truncate");
+    return absl::InvalidArgumentError("--long_demonstrations: expected reject or truncate");
   }
   auto truncation = ParseTruncation(absl::GetFlag(FLAGS_truncate));
-  if (!truncation.ok()) return ReportUsageError(cmd, std::string(truncation.status().message()));
+  if (!truncation.ok()) return truncation.status();
   spec.set_input_truncation(*truncation);
   spec.set_calibrate(absl::GetFlag(FLAGS_calibrate));
   spec.set_max_query_tokens(absl::GetFlag(FLAGS_max_query_tokens));
   spec.set_max_answer_tokens(absl::GetFlag(FLAGS_max_answer_tokens));
-  int chunk = absl::GetFlag(FLAGS_chunk);
-  if (chunk < 1) return ReportUsageError(cmd, "--chunk must be >= 1");
+  return spec;
+}
 
-  auto records = ReadExamples(path, *format);
-  if (!records.ok()) return ReportUsageError(cmd, std::string(records.status().message()));
+absl::StatusOr<std::vector<v1::Demonstration>> LoadDemonstrations(const std::string& path,
+                                                                  ExampleFormat format,
+                                                                  const std::string& input_template,
+                                                                  const FieldOptions& options) {
+  auto records = ReadExamples(path, format);
+  if (!records.ok()) return records.status();
   if (!records->empty()) {
     if (absl::Status s = CheckTemplateColumns(input_template, options, records->front(), path);
         !s.ok()) {
-      return ReportUsageError(cmd, std::string(s.message()));
+      return s;
     }
   }
-  auto demonstrations = BuildDemonstrations(*records, options, path);
-  if (!demonstrations.ok()) {
-    return ReportUsageError(cmd, std::string(demonstrations.status().message()));
-  }
-  if (absl::GetFlag(FLAGS_dry_run)) {
-    if (absl::Status s = PrintDryRun(spec, *demonstrations, stdout); !s.ok()) {
-      return ReportUsageError(cmd, std::string(s.message()));
-    }
-    return 0;
-  }
-  std::vector<v1::CreateTaskRequest> requests = ChunkCreateTaskRequests(
-      task_id, spec, absl::GetFlag(FLAGS_replace), *demonstrations, static_cast<size_t>(chunk));
+  return BuildDemonstrations(*records, options, path);
+}
 
+// Streams the requests and shows the server's progress: 0 with `*result` set, or the exit status
+// after reporting the error.
+int Upload(const CliContext& cli, const std::string& task_id,
+           const std::vector<v1::CreateTaskRequest>& requests, v1::CreateTaskResult* result) {
   auto stub = v1::ManyShot::NewStub(cli.channel);
   auto call = cli.NewStreamingCall(task_id);
   auto stream = stub->CreateTask(call.get());
@@ -208,29 +207,67 @@ int RunCreate(const CliContext& cli) {
   });
   ProgressDisplay progress(stderr, isatty(fileno(stderr)) != 0);
   v1::CreateTaskResponse response;
-  std::optional<v1::CreateTaskResult> result;
+  bool has_result = false;
   while (stream->Read(&response)) {
     if (response.has_progress()) progress.Update(response.progress(), Now());
-    if (response.has_result()) result = response.result();
+    if (response.has_result()) {
+      *result = response.result();
+      has_result = true;
+    }
   }
   progress.Finish();
   writer.join();
   grpc::Status status = stream->Finish();
-  if (!status.ok()) return ReportRpcError(cmd, status);
-  if (!result.has_value()) {
+  if (!status.ok()) return ReportRpcError("create", status);
+  if (!has_result) {
     return ReportRpcError(
-        cmd, grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without a result"));
+        "create", grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without a result"));
   }
+  return 0;
+}
+
+}  // namespace
+
+int RunCreate(const CliContext& cli) {
+  const std::string cmd = "create";
+  std::string task_id;
+  if (!TaskIdArg(cli, cmd, &task_id)) return 2;
+  std::string path = absl::GetFlag(FLAGS_file);
+  if (path.empty()) return ReportUsageError(cmd, "--file=PATH is required");
+  std::string input_template = UnescapeFlagValue(absl::GetFlag(FLAGS_template));
+  if (input_template.empty()) return ReportUsageError(cmd, "--template is required");
+  auto format = DemonstrationsFormat(path);
+  if (!format.ok()) return ReportUsageError(cmd, std::string(format.status().message()));
+  auto options = FieldOptionsFromFlags(cli, input_template);
+  if (!options.ok()) return ReportUsageError(cmd, std::string(options.status().message()));
+  auto spec = TaskSpecFromFlags(input_template, options->labels);
+  if (!spec.ok()) return ReportUsageError(cmd, std::string(spec.status().message()));
+  int chunk = absl::GetFlag(FLAGS_chunk);
+  if (chunk < 1) return ReportUsageError(cmd, "--chunk must be >= 1");
+  auto demonstrations = LoadDemonstrations(path, *format, input_template, *options);
+  if (!demonstrations.ok()) {
+    return ReportUsageError(cmd, std::string(demonstrations.status().message()));
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    if (absl::Status s = PrintDryRun(*spec, *demonstrations, stdout); !s.ok()) {
+      return ReportUsageError(cmd, std::string(s.message()));
+    }
+    return 0;
+  }
+  std::vector<v1::CreateTaskRequest> requests = ChunkCreateTaskRequests(
+      task_id, *spec, absl::GetFlag(FLAGS_replace), *demonstrations, static_cast<size_t>(chunk));
+  v1::CreateTaskResult result;
+  if (int failed = Upload(cli, task_id, requests, &result); failed != 0) return failed;
   if (cli.json) {
-    std::printf("%s\n", ToJson(*result).c_str());
+    std::printf("%s\n", ToJson(result).c_str());
     return 0;
   }
   std::printf("%s %s (%zu demonstrations in %zu messages)\n",
-              result->replaced()  ? "replaced"
-              : result->created() ? "created"
-                                  : "unchanged (identical content already registered):",
+              result.replaced()  ? "replaced"
+              : result.created() ? "created"
+                                 : "unchanged (identical content already registered):",
               task_id.c_str(), demonstrations->size(), requests.size());
-  PrintTask(result->task());
+  PrintTask(result.task());
   return 0;
 }
 
