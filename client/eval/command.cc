@@ -168,6 +168,88 @@ absl::StatusOr<EvalDataset> LoadDataset(const CliContext& cli) {
   return LoadFileDataset(files);
 }
 
+absl::StatusOr<EvalPlan> PlanFromFlags() {
+  EvalPlan plan;
+  if (!absl::GetFlag(FLAGS_shots).empty()) {
+    auto shots = ParseShots(absl::GetFlag(FLAGS_shots));
+    if (!shots.ok()) return shots.status();
+    plan.shots = *shots;
+    plan.shots_explicit = true;
+  }
+  auto modes = ParseModes(absl::GetFlag(FLAGS_modes));
+  if (!modes.ok()) return modes.status();
+  plan.modes = *modes;
+  plan.samples = absl::GetFlag(FLAGS_samples);
+  if (plan.samples < 1) return absl::InvalidArgumentError("--samples must be >= 1");
+  plan.first_seed = absl::GetFlag(FLAGS_seed);
+  if (absl::GetFlag(FLAGS_test_limit) < 0) {
+    return absl::InvalidArgumentError("--test_limit must be >= 0");
+  }
+  plan.test_limit = static_cast<size_t>(absl::GetFlag(FLAGS_test_limit));
+  plan.group_length = absl::GetFlag(FLAGS_group_length);
+  plan.groups = absl::GetFlag(FLAGS_groups);
+  plan.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
+  if (auto v = absl::GetFlag(FLAGS_answer_template)) plan.answer_template = UnescapeFlagValue(*v);
+  if (auto v = absl::GetFlag(FLAGS_separator)) plan.separator = UnescapeFlagValue(*v);
+  if (absl::GetFlag(FLAGS_batch) < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  plan.batch = static_cast<size_t>(absl::GetFlag(FLAGS_batch));
+  return plan;
+}
+
+// Ctrl-C / SIGTERM: cancel the call in flight, delete the tasks, exit 130. The handler is reset
+// after it runs, so a second Ctrl-C ends the process at once (leaving tasks behind).
+void CancelOnInterrupt() {
+  struct sigaction action = {};
+  action.sa_handler = OnInterrupt;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// The runner's progress on stderr: one line rewritten in place on a terminal, else a log line
+// per step.
+class ProgressLine {
+ public:
+  ProgressLine() : interactive_(isatty(fileno(stderr)) != 0) {}
+  void Show(const std::string& line) {
+    if (interactive_) {
+      std::fprintf(
+          stderr, "\r%s%s", line.c_str(),
+          std::string(last_width_ > line.size() ? last_width_ - line.size() : 0, ' ').c_str());
+      last_width_ = line.size();
+    } else {
+      std::fprintf(stderr, "eval: %s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+  // Ends the line being rewritten, so that what follows starts on its own.
+  void Finish() {
+    if (interactive_ && last_width_ > 0) std::fputs("\n", stderr);
+  }
+
+ private:
+  const bool interactive_;
+  size_t last_width_ = 0;
+};
+
+// The plot (--plot), then the table or the JSON on stdout.
+int PrintReport(const CliContext& cli, const EvalReport& report) {
+  const std::string plot = absl::GetFlag(FLAGS_plot);
+  if (!plot.empty()) {
+    absl::Status written = WriteEvalPlot(report, plot);
+    if (!written.ok()) return ReportUsageError("eval", std::string(written.message()));
+  }
+  if (cli.json) {
+    std::printf("%s\n", EvalReportJson(report).dump(2).c_str());
+  } else {
+    std::fputs(FormatEvalTable(report).c_str(), stdout);
+    std::printf("\n%.1f s%s\n", report.seconds,
+                plot.empty() ? "" : absl::StrCat(", plot in ", plot).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunEval(const CliContext& cli) {
@@ -177,59 +259,17 @@ int RunEval(const CliContext& cli) {
     ListPresets(DatasetsDir());
     return 0;
   }
-  EvalPlan plan;
-  if (!absl::GetFlag(FLAGS_shots).empty()) {
-    auto shots = ParseShots(absl::GetFlag(FLAGS_shots));
-    if (!shots.ok()) return ReportUsageError(cmd, std::string(shots.status().message()));
-    plan.shots = *shots;
-    plan.shots_explicit = true;
-  }
-  auto modes = ParseModes(absl::GetFlag(FLAGS_modes));
-  if (!modes.ok()) return ReportUsageError(cmd, std::string(modes.status().message()));
-  plan.modes = *modes;
-  plan.samples = absl::GetFlag(FLAGS_samples);
-  if (plan.samples < 1) return ReportUsageError(cmd, "--samples must be >= 1");
-  plan.first_seed = absl::GetFlag(FLAGS_seed);
-  if (absl::GetFlag(FLAGS_test_limit) < 0)
-    return ReportUsageError(cmd, "--test_limit must be >= 0");
-  plan.test_limit = static_cast<size_t>(absl::GetFlag(FLAGS_test_limit));
-  plan.group_length = absl::GetFlag(FLAGS_group_length);
-  plan.groups = absl::GetFlag(FLAGS_groups);
-  plan.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
-  if (auto v = absl::GetFlag(FLAGS_answer_template)) plan.answer_template = UnescapeFlagValue(*v);
-  if (auto v = absl::GetFlag(FLAGS_separator)) plan.separator = UnescapeFlagValue(*v);
-  if (absl::GetFlag(FLAGS_batch) < 1) return ReportUsageError(cmd, "--batch must be >= 1");
-  plan.batch = static_cast<size_t>(absl::GetFlag(FLAGS_batch));
-
+  auto plan = PlanFromFlags();
+  if (!plan.ok()) return ReportUsageError(cmd, std::string(plan.status().message()));
   auto dataset = LoadDataset(cli);
   if (!dataset.ok()) return ReportUsageError(cmd, std::string(dataset.status().message()));
-  auto shots = ResolveShots(plan, dataset->train.size(), dataset->name);
+  auto shots = ResolveShots(*plan, dataset->train.size(), dataset->name);
   if (!shots.ok()) return ReportUsageError(cmd, std::string(shots.status().message()));
-
-  // Ctrl-C / SIGTERM: cancel the call in flight, delete the tasks, exit 130. The handler is
-  // reset after it runs, so a second Ctrl-C ends the process at once (leaving tasks behind).
-  struct sigaction action = {};
-  action.sa_handler = OnInterrupt;
-  action.sa_flags = SA_RESETHAND;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
-  const bool interactive = isatty(fileno(stderr)) != 0;
-  size_t last_width = 0;
-  auto progress = [&](const std::string& line) {
-    if (interactive) {
-      std::fprintf(
-          stderr, "\r%s%s", line.c_str(),
-          std::string(last_width > line.size() ? last_width - line.size() : 0, ' ').c_str());
-      last_width = line.size();
-    } else {
-      std::fprintf(stderr, "eval: %s\n", line.c_str());
-    }
-    std::fflush(stderr);
-  };
-  auto report = RunEvaluation(cli, *dataset, plan, progress, &interrupted);
-  if (interactive && last_width > 0) std::fputs("\n", stderr);
+  CancelOnInterrupt();
+  ProgressLine progress;
+  auto report = RunEvaluation(
+      cli, *dataset, *plan, [&](const std::string& line) { progress.Show(line); }, &interrupted);
+  progress.Finish();
   if (!report.ok()) {
     std::fprintf(stderr, "manyshot: eval: %s: %s\n",
                  absl::StatusCodeToString(report.status().code()).c_str(),
@@ -237,19 +277,7 @@ int RunEval(const CliContext& cli) {
     if (report.status().code() == absl::StatusCode::kCancelled && interrupted.load()) return 130;
     return 1;
   }
-  const std::string plot = absl::GetFlag(FLAGS_plot);
-  if (!plot.empty()) {
-    absl::Status written = WriteEvalPlot(*report, plot);
-    if (!written.ok()) return ReportUsageError(cmd, std::string(written.message()));
-  }
-  if (cli.json) {
-    std::printf("%s\n", EvalReportJson(*report).dump(2).c_str());
-  } else {
-    std::fputs(FormatEvalTable(*report).c_str(), stdout);
-    std::printf("\n%.1f s%s\n", report->seconds,
-                plot.empty() ? "" : absl::StrCat(", plot in ", plot).c_str());
-  }
-  return 0;
+  return PrintReport(cli, *report);
 }
 
 }  // namespace manyshot::client
