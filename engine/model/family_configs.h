@@ -29,4 +29,11 @@ void GptNeoxConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
 absl::Status ParseGemmaConfig(const config_keys::KeyReader& r, ModelConfig& c);
 void GemmaConfigToJson(const ModelConfig& c, nlohmann::ordered_json& j);
 
+// Shared steps of the parsers above and model_config.cc's.
+// The shape keys of Llama-style configs: vocab_size, hidden_size, intermediate_size,
+// num_hidden_layers, num_attention_heads and num_key_value_heads (defaulting to the heads).
+absl::Status ReadLlamaStyleShape(const config_keys::KeyReader& r, ModelConfig& c);
+// Records a window shorter than the positions; a longer one can never hide a key.
+void RecordSlidingWindow(int64_t window, ModelConfig& c);
+
 }  // namespace manyshot

@@ -59,7 +59,7 @@ absl::Status ReadGemma2Keys(const KeyReader& r, ModelConfig& c) {
   if (!r.IsNull("sliding_window")) {
     MANYSHOT_ASSIGN_OR_RETURN(window, r.OptionalPositiveInt("sliding_window", 4096));
   }
-  c.sliding_window = window < c.max_position_embeddings ? window : 0;
+  RecordSlidingWindow(window, c);
   return absl::OkStatus();
 }
 
@@ -67,13 +67,7 @@ absl::Status ReadGemma2Keys(const KeyReader& r, ModelConfig& c) {
 
 absl::Status ParseGemmaConfig(const KeyReader& r, ModelConfig& c) {
   c.architecture = c.model_type == "gemma2" ? Architecture::kGemma2 : Architecture::kGemma;
-  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.num_kv_heads,
-                            r.OptionalPositiveInt("num_key_value_heads", c.num_heads));
+  if (absl::Status shape = ReadLlamaStyleShape(r, c); !shape.ok()) return shape;
   MANYSHOT_ASSIGN_OR_RETURN(c.head_dim, r.OptionalPositiveInt("head_dim", 256));
   MANYSHOT_ASSIGN_OR_RETURN(c.max_position_embeddings,
                             r.OptionalPositiveInt("max_position_embeddings", 8192));

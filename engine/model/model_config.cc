@@ -52,23 +52,16 @@ absl::StatusOr<int64_t> SlidingWindow(const KeyReader& r, const ModelConfig& c) 
   return r.OptionalPositiveInt("sliding_window", 4096);
 }
 
-// A window shorter than the positions is recorded; a longer one can never hide a key.
 absl::Status ReadSlidingWindow(const KeyReader& r, ModelConfig& c) {
   int64_t window = 0;
   MANYSHOT_ASSIGN_OR_RETURN(window, SlidingWindow(r, c));
-  c.sliding_window = window < c.max_position_embeddings ? window : 0;
+  RecordSlidingWindow(window, c);
   return absl::OkStatus();
 }
 
 absl::Status ParseLlamaFamily(const KeyReader& r, ModelConfig& c) {
   c.architecture = Architecture::kLlama;
-  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
-  MANYSHOT_ASSIGN_OR_RETURN(c.num_kv_heads,
-                            r.OptionalPositiveInt("num_key_value_heads", c.num_heads));
+  if (absl::Status shape = ReadLlamaStyleShape(r, c); !shape.ok()) return shape;
   MANYSHOT_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveInt("max_position_embeddings"));
   double eps = 0, theta = 0;
   MANYSHOT_ASSIGN_OR_RETURN(eps, r.PositiveNumber("rms_norm_eps", std::nullopt));
@@ -275,6 +268,21 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
   j["torch_dtype"] = c.torch_dtype.empty() ? std::string("float32") : c.torch_dtype;
   return j.dump(2) + "\n";
+}
+
+absl::Status ReadLlamaStyleShape(const KeyReader& r, ModelConfig& c) {
+  MANYSHOT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
+  MANYSHOT_ASSIGN_OR_RETURN(c.num_kv_heads,
+                            r.OptionalPositiveInt("num_key_value_heads", c.num_heads));
+  return absl::OkStatus();
+}
+
+void RecordSlidingWindow(int64_t window, ModelConfig& c) {
+  c.sliding_window = window < c.max_position_embeddings ? window : 0;
 }
 
 }  // namespace manyshot
