@@ -8,8 +8,9 @@
 //   own:     each sequence's rows against its own keys, causally, with ln(weight) added to the
 //            logits of keys at index >= weighted_from; a decode row (one new token) with the
 //            split-K kernel of cpu_decode_attention.h.
-// Both add ALiBi's slope * (key position - query position) when the sequences carry slopes.
-// Soft-capped logits (Gemma 2) and ALiBi take the tiled path here, never the Highway kernels.
+// Both add ALiBi's slope * (key position - query position) when the sequences carry slopes, which
+// only the tiled path here does. Soft-capped logits (Gemma 2) take the same kernels as the others:
+// the Highway kernels instantiate the cap as a policy, the tiled path caps each tile's scores.
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_context_kernel.h"
 #include "engine/cpu/cpu_decode_attention.h"
+#include "engine/cpu/cpu_soft_cap.h"
 #include "engine/cpu/cpu_util.h"
 #include "engine/cpu/vector_math.h"
 
@@ -77,10 +79,7 @@ void AttendTile(const float* q, int64_t q_ld, int64_t rows, const float* k, cons
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * tile;
     const int64_t visible = rule.limit ? std::clamp<int64_t>(rule.limit[r] - j0, 0, tile) : tile;
-    if (rule.softcap > 0.0f) {  // in locals, as below, so that the loop vectorises
-      const float cap = rule.softcap, inv_cap = 1.0f / rule.softcap;
-      for (int64_t j = 0; j < visible; ++j) sr[j] = cap * vmath::Tanh(sr[j] * inv_cap);
-    }
+    if (rule.softcap > 0.0f) cpu_internal::SoftCapScores(sr, visible, rule.softcap);
     for (int64_t j = visible; j < tile; ++j) sr[j] = kNegInf;
     const int64_t wfrom = std::clamp<int64_t>(rule.weighted_from - j0, 0, visible);
     if (rule.log_weight != 0.0f) {
@@ -211,13 +210,12 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
   // A decode row (one new token) goes to the split-K kernel (cpu_decode_attention.h), which reads
   // its K/V once in their storage dtype; the rest are tiled below.
   auto one_token = [&](const AttentionSequence& seq) {
-    return seq.q_len == 1 && seq.alibi_slopes == nullptr && seq.logit_softcap == 0.0f &&
-           cpu_internal::DecodeKernelSupports(dim);
+    return seq.q_len == 1 && seq.alibi_slopes == nullptr && cpu_internal::DecodeKernelSupports(dim);
   };
   for (const AttentionSequence& seq : sequences) {
     if (!one_token(seq)) continue;
     cpu_internal::AttendOneToken(*pool_, qp + seq.q_begin * q_ld, heads, *seq.k, *seq.v, seq.kv_len,
-                                 seq.weighted_from, seq.own_log_weight, scale,
+                                 seq.weighted_from, seq.own_log_weight, scale, seq.logit_softcap,
                                  op + seq.q_begin * q_ld, lp + seq.q_begin * heads);
   }
   std::vector<OwnKeys> keys(sequences.size());
@@ -320,11 +318,11 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
     std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
   }
   constexpr int64_t kRowChunk = 1024;
-  if (!alibi && softcap == 0.0f && cpu_internal::ContextKernelSupports(dim)) {
+  if (!alibi && cpu_internal::ContextKernelSupports(dim)) {
     if (n * group <= cpu_internal::kSplitKeysMaxRows) {
       // Few rows (a query or two): threads split the keys and stream whole key rows.
       cpu_internal::AttendContextSplitKeys(*pool_, gq.data(), n, heads, *context.k, *context.v,
-                                           context.len, scale, co.data(), clse.data());
+                                           context.len, scale, softcap, co.data(), clse.data());
     } else {
       // The register-tiled kernels (cpu_context_kernel.h): one item per kv head and chunk of
       // tokens, the rows of every query head sharing the kv head together, so each context tile
@@ -341,10 +339,11 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
       pool_->ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
         const GroupItem& it = items[i];
         const int64_t head0 = it.kv_head * group;
-        cpu_internal::AttendContextRows(
-            gq.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0, group, *context.k,
-            *context.v, it.kv_head, context.len, scale, co.data() + it.t0 * q_ld + head0 * dim,
-            q_ld, clse.data() + it.t0 * heads + head0, heads, scratch[thread]);
+        cpu_internal::AttendContextRows(gq.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0,
+                                        group, *context.k, *context.v, it.kv_head, context.len,
+                                        scale, softcap, co.data() + it.t0 * q_ld + head0 * dim,
+                                        q_ld, clse.data() + it.t0 * heads + head0, heads,
+                                        scratch[thread]);
       });
     }
   } else {

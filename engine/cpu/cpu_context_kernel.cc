@@ -76,10 +76,11 @@ inline void PrefetchKeys(const Tensor& t, int64_t kv_head, int64_t j, int64_t n,
 
 // acc[key][h] = the logits of KB keys (k rows of dim values, k_ld apart) against a transposed,
 // pre-scaled query block q_t [dim, kRows]: rows kLanes h .. kLanes (h + 1) - 1 for the block's RV
-// vectors of rows (a block of at most kLanes rows is one vector: the second would be all padding).
-template <int KB, int RV>
+// vectors of rows (a block of at most kLanes rows is one vector: the second would be all padding),
+// passed through the Logits policy (simd-inl.h).
+template <int KB, int RV, class Logits>
 inline void KeyLogits(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
-                      VF (&acc)[KB][RV]) {
+                      const Logits& logits, VF (&acc)[KB][RV]) {
   const DF df;
   for (int kb = 0; kb < KB; ++kb) {
     for (int h = 0; h < RV; ++h) acc[kb][h] = hn::Zero(df);
@@ -92,13 +93,19 @@ inline void KeyLogits(const float* k, int64_t k_ld, int64_t dim, const float* q_
       for (int h = 0; h < RV; ++h) acc[kb][h] = hn::MulAdd(kd, q[h], acc[kb][h]);
     }
   }
+  if constexpr (Logits::kCapped) {
+    for (int kb = 0; kb < KB; ++kb) {
+      for (int h = 0; h < RV; ++h) acc[kb][h] = logits(acc[kb][h]);
+    }
+  }
 }
 
 // scores[key, 0..kLanes RV) for KB keys: the logits as they are.
-template <int KB, int RV>
-inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_t, float* scores) {
+template <int KB, int RV, class Logits>
+inline void ScoreKeys(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
+                      const Logits& logits, float* scores) {
   VF acc[KB][RV];
-  KeyLogits<KB, RV>(k, k_ld, dim, q_t, acc);
+  KeyLogits<KB, RV>(k, k_ld, dim, q_t, logits, acc);
   for (int kb = 0; kb < KB; ++kb) {
     for (int h = 0; h < RV; ++h) hn::StoreU(acc[kb][h], DF(), scores + kb * kRows + kLanes * h);
   }
@@ -114,11 +121,12 @@ constexpr float kMaxSlack = 8.0f;
 // (the caller redoes the tile with a raised maximum). Keeps the max pass and a store and reload
 // of every logit out of the common case, where the running maximum is already (nearly) the
 // maximum.
-template <int KB, int RV>
+template <int KB, int RV, class Logits>
 inline bool ScoreKeysExp(const float* k, int64_t k_ld, int64_t dim, const float* q_t,
-                         const VF (&max)[RV], const VF (&limit)[RV], float* scores, VF (&sum)[RV]) {
+                         const Logits& logits, const VF (&max)[RV], const VF (&limit)[RV],
+                         float* scores, VF (&sum)[RV]) {
   VF acc[KB][RV];
-  KeyLogits<KB, RV>(k, k_ld, dim, q_t, acc);
+  KeyLogits<KB, RV>(k, k_ld, dim, q_t, logits, acc);
   auto over = hn::Gt(acc[0][0], limit[0]);
   for (int kb = 0; kb < KB; ++kb) {
     for (int h = 0; h < RV; ++h) over = hn::Or(over, hn::Gt(acc[kb][h], limit[h]));
@@ -265,9 +273,10 @@ void OnlineSoftmax(float* scores, int64_t count, float* max, float* sum, float* 
 // kMaxSlack (the maximum then stays, and the block's output needs no rescaling); false otherwise,
 // with `sum` untouched. The first tile of a block (maximum -inf) always returns false.
 // prefetch(j) runs after the scores of keys [j, j + kKeyBlock).
-template <int RV, typename Prefetch>
+template <int RV, class Logits, typename Prefetch>
 bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float* q_t, int64_t dim,
-                       const float* max, float* sum, float* scores, Prefetch&& prefetch) {
+                       const Logits& logits, const float* max, float* sum, float* scores,
+                       Prefetch&& prefetch) {
   const DF df;
   VF m[RV], limit[RV], tile_sum[RV];
   for (int h = 0; h < RV; ++h) {
@@ -277,14 +286,14 @@ bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float*
   }
   int64_t j = 0;
   for (; j + kKeyBlock <= count; j += kKeyBlock) {
-    if (!ScoreKeysExp<kKeyBlock, RV>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows,
-                                     tile_sum)) {
+    if (!ScoreKeysExp<kKeyBlock, RV>(k + j * k_ld, k_ld, dim, q_t, logits, m, limit,
+                                     scores + j * kRows, tile_sum)) {
       return false;
     }
     prefetch(j);
   }
   for (; j < count; ++j) {
-    if (!ScoreKeysExp<1, RV>(k + j * k_ld, k_ld, dim, q_t, m, limit, scores + j * kRows,
+    if (!ScoreKeysExp<1, RV>(k + j * k_ld, k_ld, dim, q_t, logits, m, limit, scores + j * kRows,
                              tile_sum)) {
       return false;
     }
@@ -297,17 +306,19 @@ bool ExpScoresUnderMax(const float* k, int64_t k_ld, int64_t count, const float*
 
 // One block of kLanes RV rows (block_rows of them real) against one tile: ExpScoresUnderMax, or the
 // logits and the online softmax with a raised maximum; then P·V.
-template <int RV, typename Prefetch>
+template <int RV, class Logits, typename Prefetch>
 void FoldBlock(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
-               const float* qb, int64_t block_rows, int64_t dim, float* scores, float* ob,
-               float* mb, float* sb, Prefetch&& prefetch) {
-  if (!ExpScoresUnderMax<RV>(k, k_ld, count, qb, dim, mb, sb, scores, prefetch)) {
+               const float* qb, int64_t block_rows, int64_t dim, const Logits& logits,
+               float* scores, float* ob, float* mb, float* sb, Prefetch&& prefetch) {
+  if (!ExpScoresUnderMax<RV>(k, k_ld, count, qb, dim, logits, mb, sb, scores, prefetch)) {
     int64_t j = 0;
     for (; j + kKeyBlock <= count; j += kKeyBlock) {
-      ScoreKeys<kKeyBlock, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+      ScoreKeys<kKeyBlock, RV>(k + j * k_ld, k_ld, dim, qb, logits, scores + j * kRows);
       prefetch(j);
     }
-    for (; j < count; ++j) ScoreKeys<1, RV>(k + j * k_ld, k_ld, dim, qb, scores + j * kRows);
+    for (; j < count; ++j) {
+      ScoreKeys<1, RV>(k + j * k_ld, k_ld, dim, qb, logits, scores + j * kRows);
+    }
     OnlineSoftmax<RV>(scores, count, mb, sb, ob, dim, block_rows);
   }
   AccumulateBlockAnyDim(dim, scores, count, v, v_ld, ob, block_rows);
@@ -316,10 +327,10 @@ void FoldBlock(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64
 // Folds one tile of count keys (f32 K and V rows of dim values, k_ld and v_ld apart) into the
 // state of every kRows-row block of `rows` rows (a last block of at most kLanes rows as one
 // vector): prefetch(j) runs after the scores of keys [j, j + kKeyBlock) of the first block.
-template <typename Prefetch>
+template <class Logits, typename Prefetch>
 void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_t count,
-              const float* q_t, int64_t rows, int64_t dim, float* scores, float* o, float* max,
-              float* sum, Prefetch&& prefetch) {
+              const float* q_t, int64_t rows, int64_t dim, const Logits& logits, float* scores,
+              float* o, float* max, float* sum, Prefetch&& prefetch) {
   const int64_t blocks = (rows + kRows - 1) / kRows;
   const auto no_prefetch = [](int64_t) {};
   for (int64_t b = 0; b < blocks; ++b) {
@@ -330,14 +341,18 @@ void FoldTile(const float* k, int64_t k_ld, const float* v, int64_t v_ld, int64_
     float* sb = sum + b * kRows;
     if (block_rows <= kLanes) {
       if (b == 0) {
-        FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, prefetch);
+        FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, logits, scores, ob, mb, sb,
+                     prefetch);
       } else {
-        FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, no_prefetch);
+        FoldBlock<1>(k, k_ld, v, v_ld, count, qb, block_rows, dim, logits, scores, ob, mb, sb,
+                     no_prefetch);
       }
     } else if (b == 0) {
-      FoldBlock<2>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, prefetch);
+      FoldBlock<2>(k, k_ld, v, v_ld, count, qb, block_rows, dim, logits, scores, ob, mb, sb,
+                   prefetch);
     } else {
-      FoldBlock<2>(k, k_ld, v, v_ld, count, qb, block_rows, dim, scores, ob, mb, sb, no_prefetch);
+      FoldBlock<2>(k, k_ld, v, v_ld, count, qb, block_rows, dim, logits, scores, ob, mb, sb,
+                   no_prefetch);
     }
   }
 }
@@ -379,16 +394,10 @@ void TransposeQueries(const float* q, int64_t q_ld, int64_t tokens, int64_t grou
   }
 }
 
-}  // namespace
-
-bool ContextKernelSupportsImpl(int64_t head_dim) {
-  return HWY_TARGET != HWY_SCALAR && head_dim >= 16 && head_dim <= 128 && head_dim % 16 == 0;
-}
-
-void AttendContextRowsImpl(const float* q, int64_t q_ld, int64_t tokens, int64_t group,
-                           const Tensor& k, const Tensor& v, int64_t kv_head, int64_t len,
-                           float scale, float* out, int64_t out_ld, float* lse, int64_t lse_ld,
-                           ContextScratch& scratch) {
+template <class Logits>
+void AttendRows(const float* q, int64_t q_ld, int64_t tokens, int64_t group, const Tensor& k,
+                const Tensor& v, int64_t kv_head, int64_t len, float scale, const Logits& logits,
+                float* out, int64_t out_ld, float* lse, int64_t lse_ld, ContextScratch& scratch) {
   const int64_t rows = tokens * group;  // row r: token r / group, head r % group of the group
   const int64_t dim = k.dim(2);
   const int64_t blocks = (rows + kRows - 1) / kRows;
@@ -407,7 +416,7 @@ void AttendContextRowsImpl(const float* q, int64_t q_ld, int64_t tokens, int64_t
     LoadTile(k, kv_head, j0, count, scratch.k_tile.data());
     LoadTile(v, kv_head, j0, count, scratch.v_tile.data());
     FoldTile(scratch.k_tile.data(), dim, scratch.v_tile.data(), dim, count, scratch.q_t.data(),
-             rows, dim, scores, scratch.o.data(), scratch.max.data(), scratch.sum.data(),
+             rows, dim, logits, scores, scratch.o.data(), scratch.max.data(), scratch.sum.data(),
              [&](int64_t j) {
                PrefetchKeys(k, kv_head, j0 + kKeys + j, kKeyBlock, len);
                PrefetchKeys(v, kv_head, j0 + kKeys + j, kKeyBlock, len);
@@ -422,9 +431,10 @@ void AttendContextRowsImpl(const float* q, int64_t q_ld, int64_t tokens, int64_t
   }
 }
 
-void AttendContextSplitKeysImpl(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
-                                const Tensor& k, const Tensor& v, int64_t len, float scale,
-                                float* out, float* lse) {
+template <class Logits>
+void AttendSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
+                     const Tensor& k, const Tensor& v, int64_t len, float scale,
+                     const Logits& logits, float* out, float* lse) {
   const int64_t kv_heads = k.dim(1), dim = k.dim(2), group = heads / kv_heads;
   const int64_t rows = tokens * group;  // per kv head
   const int64_t blocks = (rows + kRows - 1) / kRows, padded = blocks * kRows;
@@ -483,7 +493,7 @@ void AttendContextSplitKeysImpl(ThreadPool& pool, const float* q, int64_t tokens
           LoadTile(v, g, j0, count, t.v.data());
         }
         FoldTile(k_rows, ld, v_rows, ld, count, q_t.data() + g * blocks * dim * kRows, rows, dim,
-                 t.scores.data(), p.o.data() + g * padded * dim, p.max.data() + g * padded,
+                 logits, t.scores.data(), p.o.data() + g * padded * dim, p.max.data() + g * padded,
                  p.sum.data() + g * padded, next);
       }
     }
@@ -509,6 +519,35 @@ void AttendContextSplitKeysImpl(ThreadPool& pool, const float* q, int64_t tokens
   }
 }
 
+}  // namespace
+
+bool ContextKernelSupportsImpl(int64_t head_dim) {
+  return HWY_TARGET != HWY_SCALAR && head_dim >= 16 && head_dim <= 128 && head_dim % 16 == 0;
+}
+
+void AttendContextRowsImpl(const float* q, int64_t q_ld, int64_t tokens, int64_t group,
+                           const Tensor& k, const Tensor& v, int64_t kv_head, int64_t len,
+                           float scale, float softcap, float* out, int64_t out_ld, float* lse,
+                           int64_t lse_ld, ContextScratch& scratch) {
+  if (softcap > 0.0f) {
+    AttendRows(q, q_ld, tokens, group, k, v, kv_head, len, scale, SoftCappedLogits{softcap}, out,
+               out_ld, lse, lse_ld, scratch);
+  } else {
+    AttendRows(q, q_ld, tokens, group, k, v, kv_head, len, scale, LogitsAsIs{}, out, out_ld, lse,
+               lse_ld, scratch);
+  }
+}
+
+void AttendContextSplitKeysImpl(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
+                                const Tensor& k, const Tensor& v, int64_t len, float scale,
+                                float softcap, float* out, float* lse) {
+  if (softcap > 0.0f) {
+    AttendSplitKeys(pool, q, tokens, heads, k, v, len, scale, SoftCappedLogits{softcap}, out, lse);
+  } else {
+    AttendSplitKeys(pool, q, tokens, heads, k, v, len, scale, LogitsAsIs{}, out, lse);
+  }
+}
+
 }  // namespace manyshot::cpu_internal::HWY_NAMESPACE
 MANYSHOT_SIMD_END
 HWY_AFTER_NAMESPACE();
@@ -526,17 +565,18 @@ bool ContextKernelSupports(int64_t head_dim) {
 }
 
 void AttendContextRows(const float* q, int64_t q_ld, int64_t tokens, int64_t group, const Tensor& k,
-                       const Tensor& v, int64_t kv_head, int64_t len, float scale, float* out,
-                       int64_t out_ld, float* lse, int64_t lse_ld, ContextScratch& scratch) {
+                       const Tensor& v, int64_t kv_head, int64_t len, float scale, float softcap,
+                       float* out, int64_t out_ld, float* lse, int64_t lse_ld,
+                       ContextScratch& scratch) {
   HWY_DYNAMIC_DISPATCH(AttendContextRowsImpl)
-  (q, q_ld, tokens, group, k, v, kv_head, len, scale, out, out_ld, lse, lse_ld, scratch);
+  (q, q_ld, tokens, group, k, v, kv_head, len, scale, softcap, out, out_ld, lse, lse_ld, scratch);
 }
 
 void AttendContextSplitKeys(ThreadPool& pool, const float* q, int64_t tokens, int64_t heads,
-                            const Tensor& k, const Tensor& v, int64_t len, float scale, float* out,
-                            float* lse) {
+                            const Tensor& k, const Tensor& v, int64_t len, float scale,
+                            float softcap, float* out, float* lse) {
   HWY_DYNAMIC_DISPATCH(AttendContextSplitKeysImpl)
-  (pool, q, tokens, heads, k, v, len, scale, out, lse);
+  (pool, q, tokens, heads, k, v, len, scale, softcap, out, lse);
 }
 
 }  // namespace manyshot::cpu_internal

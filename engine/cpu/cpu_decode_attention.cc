@@ -48,11 +48,27 @@ struct Shape {
   int64_t heads, group, dim, row_elems;  // row_elems: kv_heads * dim, one key's row
 };
 
+// The logits of a tile's n keys for every head (s [head, key of the tile], kTile apart) through
+// the Logits policy, then the log-weight on keys t0 + jj >= weighted_from: a capped logit gets its
+// weight after the cap, as the tiled path adds it. A row's vectors past n are within its kTile
+// entries and ignored after.
+template <class Logits>
+void CapThenWeight(const Logits& logits, int64_t heads, int64_t n, int64_t t0,
+                   int64_t weighted_from, float log_weight, float* s) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* row = s + h * kTile;
+    for (int64_t jj = 0; jj < n; jj += kLanes)
+      hn::StoreU(logits(LoadF32(row + jj)), DF(), row + jj);
+    for (int64_t jj = std::max<int64_t>(0, weighted_from - t0); jj < n; ++jj) row[jj] += log_weight;
+  }
+}
+
 // Keys [j0, j1) into `part`. q is pre-scaled. Both passes over a tile read whole key rows (every
 // kv head) in key order, so K and V stream front to back.
-template <DType kDt>
+template <DType kDt, class Logits>
 void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, int64_t j0,
-                 int64_t j1, int64_t weighted_from, float log_weight, Partial& part) {
+                 int64_t j1, int64_t weighted_from, float log_weight, const Logits& logits,
+                 Partial& part) {
   const DF d;
   const int64_t H = sh.heads, D = sh.dim;
   part.max.assign(static_cast<size_t>(H), kNegInf);
@@ -77,9 +93,11 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
               hn::MulAdd(LoadAt<kDt>(k, base + c + kLanes), LoadF32(q + h * D + c + kLanes), acc1);
         }
         if (c < D) acc0 = hn::MulAdd(LoadAt<kDt>(k, base + c), LoadF32(q + h * D + c), acc0);
-        s[h * kTile + jj] = ReduceSum(hn::Add(acc0, acc1)) + extra;
+        const float logit = ReduceSum(hn::Add(acc0, acc1));
+        s[h * kTile + jj] = Logits::kCapped ? logit : logit + extra;  // capped: in CapTile
       }
     }
+    if constexpr (Logits::kCapped) CapThenWeight(logits, H, n, t0, weighted_from, log_weight, s);
     for (int64_t h = 0; h < H; ++h) {
       float* sh_row = s + h * kTile;
       float tile_max = kNegInf;
@@ -111,6 +129,24 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
   }
 }
 
+// AttendRange for keys [j0, j1) of K/V in their storage dtype.
+template <class Logits>
+void AttendRangeOf(const Tensor& k, const Tensor& v, const float* q, const Shape& sh, int64_t j0,
+                   int64_t j1, int64_t weighted_from, float log_weight, const Logits& logits,
+                   Partial& part) {
+  switch (k.dtype()) {
+    case DType::kF32:
+      return AttendRange<DType::kF32>(q, sh, k.raw(), v.raw(), j0, j1, weighted_from, log_weight,
+                                      logits, part);
+    case DType::kBF16:
+      return AttendRange<DType::kBF16>(q, sh, k.raw(), v.raw(), j0, j1, weighted_from, log_weight,
+                                       logits, part);
+    default:  // f16 (the fronts admit float K/V only)
+      return AttendRange<DType::kF16>(q, sh, k.raw(), v.raw(), j0, j1, weighted_from, log_weight,
+                                      logits, part);
+  }
+}
+
 }  // namespace
 
 bool DecodeKernelSupportsImpl(int64_t head_dim) {
@@ -119,7 +155,7 @@ bool DecodeKernelSupportsImpl(int64_t head_dim) {
 
 void AttendOneTokenImpl(ThreadPool& pool, const float* q, int64_t heads, const Tensor& k,
                         const Tensor& v, int64_t kv_len, int64_t weighted_from, float log_weight,
-                        float scale, float* out, float* lse) {
+                        float scale, float softcap, float* out, float* lse) {
   const int64_t kv_heads = k.dim(1), D = k.dim(2);
   const Shape sh{heads, heads / kv_heads, D, kv_heads * D};
   std::vector<float> scaled(static_cast<size_t>(heads * D));
@@ -130,16 +166,12 @@ void AttendOneTokenImpl(ThreadPool& pool, const float* q, int64_t heads, const T
   std::vector<Partial> parts(static_cast<size_t>(chunks));
   auto run = [&](int64_t c) {
     const int64_t j0 = kv_len * c / chunks, j1 = kv_len * (c + 1) / chunks;
-    switch (k.dtype()) {
-      case DType::kF32:
-        return AttendRange<DType::kF32>(scaled.data(), sh, k.raw(), v.raw(), j0, j1, weighted_from,
-                                        log_weight, parts[c]);
-      case DType::kBF16:
-        return AttendRange<DType::kBF16>(scaled.data(), sh, k.raw(), v.raw(), j0, j1, weighted_from,
-                                         log_weight, parts[c]);
-      default:  // f16 (the fronts admit float K/V only)
-        return AttendRange<DType::kF16>(scaled.data(), sh, k.raw(), v.raw(), j0, j1, weighted_from,
-                                        log_weight, parts[c]);
+    if (softcap > 0.0f) {
+      AttendRangeOf(k, v, scaled.data(), sh, j0, j1, weighted_from, log_weight,
+                    SoftCappedLogits{softcap}, parts[c]);
+    } else {
+      AttendRangeOf(k, v, scaled.data(), sh, j0, j1, weighted_from, log_weight, LogitsAsIs{},
+                    parts[c]);
     }
   };
   if (chunks == 1) {
@@ -185,9 +217,9 @@ bool DecodeKernelSupports(int64_t head_dim) {
 
 void AttendOneToken(ThreadPool& pool, const float* q, int64_t heads, const Tensor& k,
                     const Tensor& v, int64_t kv_len, int64_t weighted_from, float log_weight,
-                    float scale, float* out, float* lse) {
+                    float scale, float softcap, float* out, float* lse) {
   HWY_DYNAMIC_DISPATCH(AttendOneTokenImpl)
-  (pool, q, heads, k, v, kv_len, weighted_from, log_weight, scale, out, lse);
+  (pool, q, heads, k, v, kv_len, weighted_from, log_weight, scale, softcap, out, lse);
 }
 
 }  // namespace manyshot::cpu_internal

@@ -18,11 +18,12 @@ namespace manyshot::cpu_internal {
 bool DecodeKernelSupports(int64_t head_dim);
 
 // q [heads, head_dim] (one token; heads a multiple of k's kv_heads) against keys [0, kv_len) of
-// k/v ([capacity, kv_heads, head_dim], f32, bf16 or f16): logits scale * q.k, plus log_weight for
-// keys >= weighted_from. Writes out [heads, head_dim] normalised and lse [heads] (natural log).
+// k/v ([capacity, kv_heads, head_dim], f32, bf16 or f16): logits scale * q.k, soft-capped to
+// softcap * tanh(logit / softcap) when softcap > 0 (Gemma 2), plus log_weight for keys >=
+// weighted_from. Writes out [heads, head_dim] normalised and lse [heads] (natural log).
 // kv_len >= 1.
 void AttendOneToken(ThreadPool& pool, const float* q, int64_t heads, const Tensor& k,
                     const Tensor& v, int64_t kv_len, int64_t weighted_from, float log_weight,
-                    float scale, float* out, float* lse);
+                    float scale, float softcap, float* out, float* lse);
 
 }  // namespace manyshot::cpu_internal

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -107,6 +108,23 @@ inline VF Exp(VF x) {
       hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n_safe), hn::Set(di, 127))));
   return hn::IfThenElseZero(in_range, hn::Mul(p, scale));
 }
+
+// How the attention kernels turn scale * q.k into the softmax's logits, a compile-time policy of
+// each kernel: as they are, or soft-capped (Gemma 2's attn_logit_softcapping) as cap * tanh(logit
+// / cap), per logit before the max and exp. The uncapped instantiation is the kernel without it.
+struct LogitsAsIs {
+  static constexpr bool kCapped = false;
+  VF operator()(VF logit) const { return logit; }
+};
+struct SoftCappedLogits {
+  static constexpr bool kCapped = true;
+  float cap;  // > 0
+  // Highway's Tanh: at most 4 ulp over all floats.
+  VF operator()(VF logit) const {
+    const DF d;
+    return hn::Mul(hn::Set(d, cap), hn::Tanh(d, hn::Mul(logit, hn::Set(d, 1.0f / cap))));
+  }
+};
 
 }  // namespace manyshot::cpu_internal::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

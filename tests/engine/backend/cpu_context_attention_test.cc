@@ -1,7 +1,7 @@
 // The CPU backend's AttendContext (the register-tiled kernels of cpu_context_kernel.h for head
 // dimensions that are multiples of 16, the sgemm path otherwise) against exact softmax attention
 // over the same stored K/V, within the rounding bound of exact_attention.h, on every kernel target
-// this machine executes.
+// this machine executes; with and without Gemma 2's soft-capped logits.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -31,6 +31,7 @@ struct Case {
   // Key j is scaled by 1 + growth * j / len, so later tiles' logits exceed the running maximum
   // by more than the kernels' slack again and again (the maximum is raised mid-context).
   float growth = 0.0f;
+  float softcap = 0.0f;  // > 0: logits cap * tanh(logit / cap)
 };
 
 std::string Name(const Case& c) {
@@ -38,7 +39,8 @@ std::string Name(const Case& c) {
   for (int64_t l : c.q_lens) lens += std::to_string(l) + ",";
   return "heads=" + std::to_string(c.heads) + " kv_heads=" + std::to_string(c.kv_heads) +
          " dim=" + std::to_string(c.dim) + " len=" + std::to_string(c.len) + " q_lens=" + lens +
-         " kv=" + std::string(DTypeName(c.kv)) + " growth=" + std::to_string(c.growth);
+         " kv=" + std::string(DTypeName(c.kv)) + " growth=" + std::to_string(c.growth) +
+         " softcap=" + std::to_string(c.softcap);
 }
 
 void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
@@ -60,6 +62,7 @@ void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
     s.q_len = l;
     s.kv_len = l;
     s.context_from = 0;
+    s.logit_softcap = c.softcap;
     seqs.push_back(s);
     begin += l;
   }
@@ -89,9 +92,9 @@ void CheckCase(CpuBackend& backend, std::mt19937& rng, const Case& c) {
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kvh = h / group;
-      ASSERT_TRUE(testing::MatchesExactAttention(q.data() + (t * H + h) * D, k.data() + kvh * D,
-                                                 v.data() + kvh * D, KH * D, c.len, D, scale, {},
-                                                 o.data() + (t * H + h) * D, lse[t * H + h]))
+      ASSERT_TRUE(testing::MatchesExactAttention(
+          q.data() + (t * H + h) * D, k.data() + kvh * D, v.data() + kvh * D, KH * D, c.len, D,
+          scale, {}, o.data() + (t * H + h) * D, lse[t * H + h], c.softcap))
           << "token " << t << " head " << h;
     }
   }
@@ -132,6 +135,22 @@ TEST_P(CpuContextAttentionTest, MatchesExactAttentionWhenLaterKeysRaiseTheMaximu
       CheckCase(backend, rng, {12, 12, 64, 3000, {26}, kv, growth});
       CheckCase(backend, rng, {4, 2, 64, 1000, {1, 3}, kv, growth});
       CheckCase(backend, rng, {4, 4, 32, 777, {70, 9}, kv, growth});
+    }
+  }
+}
+
+TEST_P(CpuContextAttentionTest, SoftCappedLogitsMatchExactAttention) {
+  // A cap of 1 against logits spread over several units (and growing along the context): most
+  // logits are bent by the cap, so a kernel that skipped it, or capped after the max, fails.
+  CpuBackend backend(2);
+  std::mt19937 rng(28);
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (float growth : {0.0f, 10.0f}) {
+      CheckCase(backend, rng, {12, 12, 64, 1000, {26}, kv, growth, 1.0f});  // split keys
+      CheckCase(backend, rng, {8, 2, 64, 700, {6, 1}, kv, growth, 1.0f});
+      CheckCase(backend, rng, {4, 4, 32, 777, {70, 9}, kv, growth, 1.0f});  // row blocks
+      CheckCase(backend, rng, {8, 2, 128, 300, {40, 3}, kv, growth, 1.0f});
+      CheckCase(backend, rng, {4, 2, 40, 200, {7, 90}, kv, growth, 1.0f});  // the sgemm path
     }
   }
 }

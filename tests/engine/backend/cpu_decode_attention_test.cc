@@ -2,8 +2,8 @@
 // cpu_decode_attention.h), mixed in one call with a prefill sequence (the tiled sgemm path),
 // against exact softmax attention within the rounding bound of exact_attention.h: every K/V
 // storage dtype, GQA, structured prompting's log-weight on keys >= weighted_from, key counts
-// around the 64-key tiles and one long enough to be split across threads; on every kernel target
-// this machine executes.
+// around the 64-key tiles and one long enough to be split across threads, with and without Gemma
+// 2's soft-capped logits; on every kernel target this machine executes.
 #include <cmath>
 #include <random>
 #include <string>
@@ -30,7 +30,7 @@ struct Seq {
 };
 
 void CheckCall(CpuBackend& backend, std::mt19937& rng, int64_t H, int64_t KH, int64_t D, DType kv,
-               const std::vector<Seq>& shapes) {
+               const std::vector<Seq>& shapes, float softcap = 0.0f) {
   const float log_weight = std::log(5.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<std::vector<float>> ks, vs;
@@ -41,7 +41,9 @@ void CheckCall(CpuBackend& backend, std::mt19937& rng, int64_t H, int64_t KH, in
   int64_t tokens = 0;
   for (const Seq& sh : shapes) {
     const int64_t cap = sh.kv_len + 5;  // capacity beyond kv_len must never be read
-    ks.push_back(RoundedTo(RandomValues(rng, cap * KH * D, 2.0f), kv));
+    // Capped: keys spread wider, so that the cap bends most logits.
+    const float key_spread = softcap > 0.0f ? 6.0f : 2.0f;
+    ks.push_back(RoundedTo(RandomValues(rng, cap * KH * D, key_spread), kv));
     vs.push_back(RoundedTo(RandomValues(rng, cap * KH * D), kv));
     for (int64_t i = sh.kv_len * KH * D; i < cap * KH * D; ++i) ks.back()[i] = 1e30f;
     kt.push_back(Upload(backend, ks.back(), kv, {cap, KH, D}));
@@ -52,6 +54,7 @@ void CheckCall(CpuBackend& backend, std::mt19937& rng, int64_t H, int64_t KH, in
     s.kv_len = sh.kv_len;
     s.own_log_weight = log_weight;
     s.weighted_from = sh.weighted_from;
+    s.logit_softcap = softcap;
     seqs.push_back(s);
     tokens += sh.q_len;
   }
@@ -76,7 +79,7 @@ void CheckCall(CpuBackend& backend, std::mt19937& rng, int64_t H, int64_t KH, in
         const int64_t kvh = h / (H / KH);
         ASSERT_TRUE(testing::MatchesExactAttention(
             q.data() + (t * H + h) * D, ks[s].data() + kvh * D, vs[s].data() + kvh * D, KH * D,
-            visible, D, scale, extra, o.data() + (t * H + h) * D, lse[t * H + h]))
+            visible, D, scale, extra, o.data() + (t * H + h) * D, lse[t * H + h], softcap))
             << "sequence " << s << " row " << r << " head " << h;
       }
     }
@@ -98,6 +101,20 @@ TEST_P(CpuDecodeAttentionTest, DecodeRowsMatchExactAttention) {
     CheckCall(backend, rng, 6, 2, 80, kv, {{1, 300, 1}});
     CheckCall(backend, rng, 4, 1, 128, kv, {{1, 1000, 999}});
     CheckCall(backend, rng, 4, 2, 40, kv, {{1, 70, 1}});  // not a multiple of 16: the tiled path
+  }
+}
+
+TEST_P(CpuDecodeAttentionTest, SoftCappedDecodeRowsMatchExactAttention) {
+  // A cap of 2 against keys spread to +-6: most logits are bent by the cap, and the log-weight
+  // comes after it (a kernel that capped the weighted logit, or skipped the cap, fails).
+  CpuBackend backend(2);
+  std::mt19937 rng(28);
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(DTypeName(kv)));
+    CheckCall(backend, rng, 12, 12, 64, kv, {{1, 1, 1}, {1, 65, 30}, {9, 20, 1}}, 2.0f);
+    CheckCall(backend, rng, 8, 2, 64, kv, {{1, 5000, 1}, {1, 129, 0}}, 2.0f);
+    CheckCall(backend, rng, 4, 1, 256, kv, {{1, 1000, 999}, {1, 77, 40}}, 2.0f);
+    CheckCall(backend, rng, 4, 2, 40, kv, {{1, 70, 1}, {3, 70, 9}}, 2.0f);  // the tiled path
   }
 }
 

@@ -11,6 +11,10 @@
 //   |o - o_exact| <= (2 e + 2 gamma_L + u) max|v|
 //   |lse - lse_exact| <= delta + e + gamma_L + u |lse|
 // Dropping or double counting one 64-key tile of 1000 keys moves o by ~1e-2, far above it.
+//
+// Soft-capped logits (softcap > 0: cap * tanh(scale * q.k / cap) before the extra weight): the
+// cap's slope is at most 1, so delta carries through it, and the float tanh (4 ulp), the division
+// and the product by cap add at most 8 u cap.
 #pragma once
 
 #include <algorithm>
@@ -23,12 +27,11 @@
 namespace manyshot::testing {
 
 // q [D]; key/value j at k + j * ld, v + j * ld (D values each) for j < len; extra[j] (may be
-// empty) is added to logit j. o [D] and lse are the output under test.
-inline ::testing::AssertionResult MatchesExactAttention(const float* q, const float* k,
-                                                        const float* v, int64_t ld, int64_t len,
-                                                        int64_t D, float scale,
-                                                        const std::vector<double>& extra,
-                                                        const float* o, float lse) {
+// empty) is added to logit j (after the soft cap, when softcap > 0). o [D] and lse are the output
+// under test.
+inline ::testing::AssertionResult MatchesExactAttention(
+    const float* q, const float* k, const float* v, int64_t ld, int64_t len, int64_t D, float scale,
+    const std::vector<double>& extra, const float* o, float lse, double softcap = 0.0) {
   constexpr double u = 1.0 / (1 << 24);
   auto gamma = [&](int64_t n) { return n * u / (1 - n * u); };
   std::vector<double> s(static_cast<size_t>(len)), acc(static_cast<size_t>(D), 0.0);
@@ -40,7 +43,9 @@ inline ::testing::AssertionResult MatchesExactAttention(const float* q, const fl
       abs_dot += std::fabs(static_cast<double>(q[d]) * k[j * ld + d]);
       max_v = std::max(max_v, static_cast<double>(std::fabs(v[j * ld + d])));
     }
-    s[j] = scale * dot + (extra.empty() ? 0.0 : extra[j]);
+    s[j] = scale * dot;
+    if (softcap > 0) s[j] = softcap * std::tanh(s[j] / softcap);
+    s[j] += extra.empty() ? 0.0 : extra[j];
     m = std::max(m, s[j]);
     magnitude = std::max(magnitude, abs_dot);
     max_s = std::max(max_s, std::fabs(s[j]));
@@ -52,7 +57,7 @@ inline ::testing::AssertionResult MatchesExactAttention(const float* q, const fl
     for (int64_t d = 0; d < D; ++d) acc[d] += p * v[j * ld + d];
   }
   const double exact_lse = m + std::log(total);
-  const double delta = scale * (gamma(D) + u) * magnitude + u * max_s;
+  const double delta = scale * (gamma(D) + u) * magnitude + u * max_s + 8 * u * softcap;
   const double e = 2 * delta + std::ldexp(1.0, -21);
   const double o_bound = (2 * e + 2 * gamma(len) + u) * max_v;
   const double lse_bound = delta + e + gamma(len) + u * std::fabs(exact_lse);
