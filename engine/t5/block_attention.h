@@ -13,7 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,18 +49,38 @@ class T5BlockAttention : public T5EncoderAttention {
   // How many AttendBiased calls each layer makes (the most blocks any query range has).
   int64_t rounds() const { return static_cast<int64_t>(rounds_.size()); }
 
+  // Blocks by (first query row, query rows), in the order given within a range.
+  using BlocksByRange = std::map<std::pair<int64_t, int64_t>, std::vector<T5AttentionBlock>>;
+
  private:
   struct Sequence {  // one AttendBiased sequence of a round; k_len 0 fills rows a round skips
     int64_t q_begin, q_len, k_begin, k_len;
     const Tensor* relative_bias;
   };
   explicit T5BlockAttention(Backend& backend) : backend_(&backend) {}
+  // Query ranges in row order covering every row: a range of blocks, or rows between ranges that
+  // get empty sequences in every round (blocks == nullptr).
+  struct QueryRange {
+    int64_t begin, end;
+    const std::vector<T5AttentionBlock>* blocks;
+  };
+  // INVALID_ARGUMENT when two query ranges overlap.
+  static absl::StatusOr<std::vector<QueryRange>> CoverRows(int64_t rows,
+                                                           const BlocksByRange& by_range);
+  // Create's steps: one round per block of the busiest query range (ranges with fewer blocks, and
+  // rows in no range, get empty sequences), each block's bias uploaded once per shape, and the
+  // state later rounds write before they are merged into the first.
+  absl::Status BuildRounds(const T5Model& model, const std::vector<QueryRange>& ranges);
+  absl::StatusOr<const Tensor*> UploadBias(const T5Model& model, const T5AttentionBlock& block);
+  absl::Status AllocateMergeScratch(const T5Model& model);
 
   Backend* backend_;
   int64_t rows_ = 0;
   std::vector<std::vector<Sequence>> rounds_;
   std::vector<std::unique_ptr<Tensor>> biases_;  // stable addresses for relative_bias
-  AttentionState scratch_;                       // rounds after the first, before the merge
+  // Uploaded biases by (q_len, k_len, query_position).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, const Tensor*> bias_by_shape_;
+  AttentionState scratch_;  // rounds after the first, before the merge
 };
 
 }  // namespace manyshot

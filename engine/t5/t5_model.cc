@@ -262,100 +262,136 @@ absl::StatusOr<T5FirstLayerQkv> T5Model::EncoderFirstLayerQkv(absl::Span<const i
   return out;
 }
 
-absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int32_t>> inputs,
-                                                const T5EncodeOptions& options) const {
-  const T5Config& c = config_;
-  T5EncoderOutput out;
+absl::StatusOr<std::vector<int32_t>> T5Model::GatherEncoderBatch(
+    absl::Span<const std::vector<int32_t>> inputs, T5EncoderOutput& out) const {
   std::vector<int32_t> ids;
   for (size_t s = 0; s < inputs.size(); ++s) {
     if (inputs[s].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("encoder input ", s, " is empty"));
     }
     const absl::Status ids_ok =
-        CheckTokenIds(inputs[s], c.vocab_size, absl::StrCat("encoder input ", s));
+        CheckTokenIds(inputs[s], config_.vocab_size, absl::StrCat("encoder input ", s));
     if (!ids_ok.ok()) return ids_ok;
     out.begins.push_back(static_cast<int64_t>(ids.size()));
     out.lengths.push_back(static_cast<int64_t>(inputs[s].size()));
     ids.insert(ids.end(), inputs[s].begin(), inputs[s].end());
   }
-  const int64_t T = static_cast<int64_t>(ids.size());
-  // Rows whose first-layer q|k|v the caller computed before.
-  int64_t cached = 0;
-  if (options.first_layer != nullptr) {
-    const T5FirstLayerQkv& first = *options.first_layer;
-    cached = static_cast<int64_t>(first.ids.size());
-    if (cached > T || !std::equal(first.ids.begin(), first.ids.end(), ids.begin()) ||
-        !first.qkv.defined() ||
-        first.qkv.shape() != std::vector<int64_t>{cached, 3 * c.inner_dim()} ||
-        first.qkv.dtype() != compute_dtype_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the first-layer q|k|v given for ", cached,
-                       " tokens are not those of the encoder batch's first tokens (", T,
-                       " tokens) in this model's shape and compute dtype"));
-    }
-  }
-  if (T == 0) return out;
-  Backend& b = *backend_;
-  const DType dt = compute_dtype_;
-  const int64_t d = c.d_model, inner = c.inner_dim(), heads = c.num_heads, dkv = c.d_kv;
-  auto rows = EmbedRows(ids);
-  if (!rows.ok()) return rows.status();
-  auto& [x, h, qkv, q, k, v, attn, lse, up, act, id_t] = *rows;
-  MANYSHOT_ASSIGN_OR_RETURN(out.states, b.Allocate(dt, {T, d}));
-  absl::Status status;
+  return ids;
+}
 
+absl::StatusOr<int64_t> T5Model::CachedFirstLayerRows(const T5FirstLayerQkv* first,
+                                                      const std::vector<int32_t>& ids) const {
+  if (first == nullptr) return 0;
+  const auto cached = static_cast<int64_t>(first->ids.size());
+  const auto total = static_cast<int64_t>(ids.size());
+  if (cached > total || !std::equal(first->ids.begin(), first->ids.end(), ids.begin()) ||
+      !first->qkv.defined() ||
+      first->qkv.shape() != std::vector<int64_t>{cached, 3 * config_.inner_dim()} ||
+      first->qkv.dtype() != compute_dtype_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the first-layer q|k|v given for ", cached,
+                     " tokens are not those of the encoder batch's first tokens (", total,
+                     " tokens) in this model's shape and compute dtype"));
+  }
+  return cached;
+}
+
+absl::Status T5Model::BuildEncoderSelfAttention(const T5EncoderOutput& out, const Rows& rows,
+                                                EncoderSelfAttention& self) const {
+  const T5Config& c = config_;
   // Bidirectional position bias, one per distinct input length (it depends on nothing else).
   const T5BiasShape shape{c.relative_attention_num_buckets, c.relative_attention_max_distance,
                           /*bidirectional=*/true, /*causal=*/false};
-  std::map<int64_t, Tensor> biases;
   for (int64_t n : out.lengths) {
-    if (biases.count(n)) continue;
+    if (self.biases.count(n)) continue;
     MANYSHOT_ASSIGN_OR_RETURN(
-        biases[n],
-        UploadBias(b, T5RelativeBias(encoder_bias_table_, heads, shape, 0, n, n), heads));
+        self.biases[n],
+        UploadBias(*backend_, T5RelativeBias(encoder_bias_table_, c.num_heads, shape, 0, n, n),
+                   c.num_heads));
   }
-  std::vector<Tensor> k_rows, v_rows;
+  // The sequences point into k_rows/v_rows: fill those completely first.
   for (int64_t s = 0; s < out.inputs(); ++s) {
-    k_rows.push_back(k.Rows(out.begins[s], out.begins[s] + out.lengths[s]));
-    v_rows.push_back(v.Rows(out.begins[s], out.begins[s] + out.lengths[s]));
+    self.k_rows.push_back(rows.k.Rows(out.begins[s], out.begins[s] + out.lengths[s]));
+    self.v_rows.push_back(rows.v.Rows(out.begins[s], out.begins[s] + out.lengths[s]));
   }
-  std::vector<BiasedAttentionSequence> seqs;
   for (int64_t s = 0; s < out.inputs(); ++s) {
     const int64_t n = out.lengths[s];
-    seqs.push_back({out.begins[s], n, &k_rows[s], &v_rows[s], n, nullptr, &biases.at(n)});
+    self.sequences.push_back(
+        {out.begins[s], n, &self.k_rows[s], &self.v_rows[s], n, nullptr, &self.biases.at(n)});
   }
+  return absl::OkStatus();
+}
+
+absl::Status T5Model::EncoderLayers(const T5EncodeOptions& options, int64_t cached,
+                                    const EncoderSelfAttention& self, const Rows& rows) const {
+  const T5Config& c = config_;
+  Backend& b = *backend_;
+  const int64_t T = rows.x.shape()[0];
   for (const auto& w : encoder_) {
     // The first layer's cached rows are copied; the rest (and every later layer) computed.
     const int64_t from = w == encoder_.front() ? cached : 0;
-    if (from > 0) b.Copy(options.first_layer->qkv, qkv.Rows(0, from));
+    if (from > 0) b.Copy(options.first_layer->qkv, rows.qkv.Rows(0, from));
     if (from < T) {
-      b.RmsNorm(x.Rows(from, T), w->attn_norm, c.layer_norm_epsilon, h.Rows(from, T));
-      b.Linear(h.Rows(from, T), w->qkv_w, WeightLayout::kOutIn, Tensor(), qkv.Rows(from, T));
+      b.RmsNorm(rows.x.Rows(from, T), w->attn_norm, c.layer_norm_epsilon, rows.h.Rows(from, T));
+      b.Linear(rows.h.Rows(from, T), w->qkv_w, WeightLayout::kOutIn, Tensor(),
+               rows.qkv.Rows(from, T));
     }
-    b.SplitQkv(qkv, q, k, v);
+    b.SplitQkv(rows.qkv, rows.q, rows.k, rows.v);
     if (options.attention != nullptr) {
-      status = options.attention->Attend(q, k, v, {attn, lse});
+      const absl::Status status =
+          options.attention->Attend(rows.q, rows.k, rows.v, {rows.attn, rows.lse});
       if (!status.ok()) return status;
     } else {
-      b.AttendBiased(q, seqs, /*scale=*/1.0f, {attn, lse});  // T5 has no 1/sqrt(d_kv)
+      // T5 has no 1/sqrt(d_kv).
+      b.AttendBiased(rows.q, self.sequences, /*scale=*/1.0f, {rows.attn, rows.lse});
     }
-    b.Linear(attn.Reshape({T, inner}), w->o_w, WeightLayout::kOutIn, Tensor(), h);
-    b.Add(x, h);
-    FeedForward(*w, x, h, up, act);
+    b.Linear(rows.attn.Reshape({T, c.inner_dim()}), w->o_w, WeightLayout::kOutIn, Tensor(), rows.h);
+    b.Add(rows.x, rows.h);
+    FeedForward(*w, rows.x, rows.h, rows.up, rows.act);
   }
-  b.RmsNorm(x, encoder_final_norm_, c.layer_norm_epsilon, out.states);
-  // Cross-attention K/V of every decoder layer, once per encoder output.
+  return absl::OkStatus();
+}
+
+absl::Status T5Model::CrossAttentionKv(T5EncoderOutput& out) const {
+  const T5Config& c = config_;
+  Backend& b = *backend_;
+  const int64_t T = out.states.shape()[0];
   for (const auto& w : decoder_) {
     Tensor ck, cv;
-    status = AllocateAll(b, {{&ck, dt, {T, heads, dkv}}, {&cv, dt, {T, heads, dkv}}});
+    const absl::Status status = AllocateAll(b, {{&ck, compute_dtype_, {T, c.num_heads, c.d_kv}},
+                                                {&cv, compute_dtype_, {T, c.num_heads, c.d_kv}}});
     if (!status.ok()) return status;
-    b.Linear(out.states, w->cross_k_w, WeightLayout::kOutIn, Tensor(), ck.Reshape({T, inner}));
-    b.Linear(out.states, w->cross_v_w, WeightLayout::kOutIn, Tensor(), cv.Reshape({T, inner}));
+    b.Linear(out.states, w->cross_k_w, WeightLayout::kOutIn, Tensor(),
+             ck.Reshape({T, c.inner_dim()}));
+    b.Linear(out.states, w->cross_v_w, WeightLayout::kOutIn, Tensor(),
+             cv.Reshape({T, c.inner_dim()}));
     out.cross_k.push_back(std::move(ck));
     out.cross_v.push_back(std::move(cv));
   }
-  status = b.Synchronize();
-  if (!status.ok()) return status;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<T5EncoderOutput> T5Model::Encode(absl::Span<const std::vector<int32_t>> inputs,
+                                                const T5EncodeOptions& options) const {
+  T5EncoderOutput out;
+  std::vector<int32_t> ids;
+  MANYSHOT_ASSIGN_OR_RETURN(ids, GatherEncoderBatch(inputs, out));
+  // Rows whose first-layer q|k|v the caller computed before.
+  int64_t cached = 0;
+  MANYSHOT_ASSIGN_OR_RETURN(cached, CachedFirstLayerRows(options.first_layer, ids));
+  if (ids.empty()) return out;
+  auto rows = EmbedRows(ids);
+  if (!rows.ok()) return rows.status();
+  Backend& b = *backend_;
+  MANYSHOT_ASSIGN_OR_RETURN(
+      out.states, b.Allocate(compute_dtype_, {static_cast<int64_t>(ids.size()), config_.d_model}));
+  EncoderSelfAttention self;
+  MANYSHOT_RETURN_IF_ERROR(BuildEncoderSelfAttention(out, *rows, self));
+  MANYSHOT_RETURN_IF_ERROR(EncoderLayers(options, cached, self, *rows));
+  b.RmsNorm(rows->x, encoder_final_norm_, config_.layer_norm_epsilon, out.states);
+  // Cross-attention K/V of every decoder layer, once per encoder output.
+  MANYSHOT_RETURN_IF_ERROR(CrossAttentionKv(out));
+  MANYSHOT_RETURN_IF_ERROR(b.Synchronize());
   return out;
 }
 

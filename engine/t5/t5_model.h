@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,6 +123,28 @@ class T5Model {
   absl::StatusOr<Rows> EmbedRows(const std::vector<int32_t>& ids) const;
   void FeedForward(const Block& w, const Tensor& x, const Tensor& h, const Tensor& up,
                    const Tensor& act) const;
+
+  // Encode's steps. Flattens the inputs into one batch of ids (recording each input's rows in
+  // `out`); INVALID_ARGUMENT names an empty input or a bad id.
+  absl::StatusOr<std::vector<int32_t>> GatherEncoderBatch(
+      absl::Span<const std::vector<int32_t>> inputs, T5EncoderOutput& out) const;
+  // How many leading rows' first-layer q|k|v come from `first` (0 when null); INVALID_ARGUMENT
+  // when they are not the batch's first tokens in this model's shape and dtype.
+  absl::StatusOr<int64_t> CachedFirstLayerRows(const T5FirstLayerQkv* first,
+                                               const std::vector<int32_t>& ids) const;
+  // Plain T5 self-attention of every input: its rows of k/v and its length's position bias.
+  struct EncoderSelfAttention {
+    std::map<int64_t, Tensor> biases;
+    std::vector<Tensor> k_rows, v_rows;
+    std::vector<BiasedAttentionSequence> sequences;
+  };
+  absl::Status BuildEncoderSelfAttention(const T5EncoderOutput& out, const Rows& rows,
+                                         EncoderSelfAttention& self) const;
+  // Every encoder block over the batch, in place on rows.x.
+  absl::Status EncoderLayers(const T5EncodeOptions& options, int64_t cached,
+                             const EncoderSelfAttention& self, const Rows& rows) const;
+  // Each decoder layer's cross-attention K/V of out.states.
+  absl::Status CrossAttentionKv(T5EncoderOutput& out) const;
 
   // Decode's steps. The batch: every sequence's new tokens back to back, each sequence's first
   // row and cached length, and the rows whose logits are wanted.

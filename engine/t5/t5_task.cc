@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 #include "engine/task/probabilities.h"
 #include "engine/task/query_room.h"
 
@@ -34,8 +35,29 @@ CandidateScore ToCandidateScore(const T5CandidateScore& s) {
 absl::StatusOr<std::unique_ptr<T5Task>> T5Task::Prepare(
     const T5Model& model, const Tokenizer& tokenizer, T5TaskOptions options,
     const std::vector<Example>& demonstrations) {
+  MANYSHOT_RETURN_IF_ERROR(CheckCommonOptions(options.common));
   std::unique_ptr<T5Task> task(new T5Task(model, tokenizer));
-  TaskOptions& o = options.common;
+  MANYSHOT_RETURN_IF_ERROR(task->ParseTemplates(options.common));
+  auto eos = tokenizer.eos_id();
+  if (!eos) return absl::FailedPreconditionError("the tokenizer has no eos token");
+  task->eos_id_ = *eos;
+  task->options_ = std::move(options);
+  MANYSHOT_RETURN_IF_ERROR(task->CheckLabelsScorable());
+  std::vector<std::vector<int32_t>> tokens;
+  MANYSHOT_ASSIGN_OR_RETURN(tokens, task->TokenizeDemonstrations(demonstrations));
+  MANYSHOT_ASSIGN_OR_RETURN(task->demonstrations_,
+                            PrepareT5Demonstrations(model, tokens, task->options_.segments));
+  // EncodeT5Prompts checks G per query; a task whose every query would fail is refused here.
+  const T5ModeOptions& m = task->options_.mode;
+  if (m.groups < 0 || m.groups > task->demonstrations_.demonstrations()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "groups ", m.groups, " must be between ", m.mode == T5PromptMode::kGroupFid ? 1 : 0,
+        " and the number of demonstrations, ", task->demonstrations_.demonstrations()));
+  }
+  return task;
+}
+
+absl::Status T5Task::CheckCommonOptions(TaskOptions& o) {
   if (o.max_query_tokens == 0) o.max_query_tokens = DefaultQueryRoom(kEncoderDecoderNominalContext);
   if (o.max_answer_tokens == 0) {
     o.max_answer_tokens = DefaultAnswerRoom(kEncoderDecoderNominalContext);
@@ -52,6 +74,10 @@ absl::StatusOr<std::unique_ptr<T5Task>> T5Task::Prepare(
         "shuffle_seed orders decoder-only groups; a T5 task uses the demonstrations in the order "
         "given (shuffle them before CreateTask)");
   }
+  return absl::OkStatus();
+}
+
+absl::Status T5Task::ParseTemplates(const TaskOptions& o) {
   auto input = PromptTemplate::Parse(o.input_template, "input_template");
   if (!input.ok()) return input.status();
   if (input->placeholders().empty()) {
@@ -64,55 +90,49 @@ absl::StatusOr<std::unique_ptr<T5Task>> T5Task::Prepare(
     return absl::InvalidArgumentError(
         "answer_template must have exactly one placeholder, {label}, e.g. \" {label}\"");
   }
-  auto eos = tokenizer.eos_id();
-  if (!eos) return absl::FailedPreconditionError("the tokenizer has no eos token");
-  task->input_template_ = *std::move(input);
-  task->answer_template_ = *std::move(answer);
-  task->eos_id_ = *eos;
-  task->options_ = std::move(options);
+  input_template_ = *std::move(input);
+  answer_template_ = *std::move(answer);
+  return absl::OkStatus();
+}
+
+absl::Status T5Task::CheckLabelsScorable() const {
   // A label that cannot be scored is refused now, not on every Classify.
-  for (size_t i = 0; i < task->options_.common.labels.size(); ++i) {
-    const std::string& label = task->options_.common.labels[i];
-    auto rendered = task->answer_template_.Render(label, {{"label", label}});
+  for (size_t i = 0; i < options_.common.labels.size(); ++i) {
+    const std::string& label = options_.common.labels[i];
+    auto rendered = answer_template_.Render(label, {{"label", label}});
     if (!rendered.ok()) return rendered.status();
-    if (auto target = task->TargetTokens(*rendered); !target.ok()) {
+    if (auto target = TargetTokens(*rendered); !target.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("labels[", i, "] ", QuoteForMessage(label), " could never be scored: ",
                        target.status().message(), "; raise max_answer_tokens or shorten it"));
     }
   }
+  return absl::OkStatus();
+}
 
+absl::StatusOr<std::vector<std::vector<int32_t>>> T5Task::TokenizeDemonstrations(
+    const std::vector<Example>& demonstrations) const {
   std::vector<std::vector<int32_t>> tokens;
   tokens.reserve(demonstrations.size());
   for (size_t i = 0; i < demonstrations.size(); ++i) {
     const Example& d = demonstrations[i];
     auto rendered_input =
-        task->input_template_.Render(d.text, d.fields, task->options_.common.max_rendered_bytes);
+        input_template_.Render(d.text, d.fields, options_.common.max_rendered_bytes);
     if (!rendered_input.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("demonstration ", i, ": ", rendered_input.status().message()));
     }
-    auto rendered_answer = task->answer_template_.Render(d.label, {{"label", d.label}});
+    auto rendered_answer = answer_template_.Render(d.label, {{"label", d.label}});
     if (!rendered_answer.ok()) return rendered_answer.status();
     auto encoded =
-        tokenizer.Encode(*rendered_input + *rendered_answer + task->options_.common.separator);
+        tokenizer_.Encode(*rendered_input + *rendered_answer + options_.common.separator);
     if (!encoded.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("demonstration ", i, ": ", encoded.status().message()));
     }
     tokens.push_back(*std::move(encoded));
   }
-  auto set = PrepareT5Demonstrations(model, tokens, task->options_.segments);
-  if (!set.ok()) return set.status();
-  task->demonstrations_ = *std::move(set);
-  // EncodeT5Prompts checks G per query; a task whose every query would fail is refused here.
-  const T5ModeOptions& m = task->options_.mode;
-  if (m.groups < 0 || m.groups > task->demonstrations_.demonstrations()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "groups ", m.groups, " must be between ", m.mode == T5PromptMode::kGroupFid ? 1 : 0,
-        " and the number of demonstrations, ", task->demonstrations_.demonstrations()));
-  }
-  return task;
+  return tokens;
 }
 
 absl::StatusOr<RenderedQuery> T5Task::RenderQuery(const Example& input, InputTruncation how) const {

@@ -88,6 +88,16 @@ class T5Task : public ServedTask {
 
  private:
   T5Task(const T5Model& model, const Tokenizer& tokenizer) : model_(model), tokenizer_(tokenizer) {}
+  // Prepare's steps. Fills in the default query and answer room; refuses what a T5 task cannot
+  // do (calibration, shuffled groups).
+  static absl::Status CheckCommonOptions(TaskOptions& o);
+  // Parses the input and answer templates (INVALID_ARGUMENT says how to write them).
+  absl::Status ParseTemplates(const TaskOptions& o);
+  // Refuses a label whose decoder target cannot fit max_answer_tokens.
+  absl::Status CheckLabelsScorable() const;
+  // Each demonstration rendered (input, answer, separator) and tokenized.
+  absl::StatusOr<std::vector<std::vector<int32_t>>> TokenizeDemonstrations(
+      const std::vector<Example>& demonstrations) const;
   // Each item's candidates scored against its test segment under `overrides`.
   absl::StatusOr<std::vector<std::vector<CandidateScore>>> Score(
       const std::vector<QueryWithCandidates>& items, const QueryOverrides& overrides) const;
