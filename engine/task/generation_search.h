@@ -70,6 +70,67 @@ struct Beam {
   std::unique_ptr<State> state;
 };
 
+// One way to extend a live beam: its sum after `token`.
+struct BeamExtension {
+  double sum;
+  size_t beam;
+  int32_t token;
+};
+// The `want` best extensions of the live beams (beam b's sum so far is sums[b], its next-token
+// log-probabilities *logprobs[b]), best first; ties: lower beam index, then lower token id.
+std::vector<BeamExtension> BestExtensions(const std::vector<double>& sums,
+                                          const std::vector<const std::vector<double>*>& logprobs,
+                                          size_t want);
+// The hypothesis `tokens` (before p.token) finished by p, if p.token is eos or completes a stop
+// string; `tokens` then holds the extended hypothesis (as a live beam needs it).
+std::optional<GenerationOutput> FinishedBy(const GenerationParams& params,
+                                           std::vector<int32_t>& tokens, const BeamExtension& p);
+// The highest-scored hypothesis (the first of equals).
+GenerationOutput BestScored(std::vector<GenerationOutput> finished);
+
+template <class State>
+std::vector<BeamExtension> BestExtensionsOf(const std::vector<Beam<State>>& live, size_t want) {
+  std::vector<double> sums;
+  std::vector<const std::vector<double>*> logprobs;
+  for (const auto& b : live) {
+    sums.push_back(b.sum);
+    logprobs.push_back(&b.state->next_logprobs());
+  }
+  return BestExtensions(sums, logprobs, want);
+}
+
+// One step: the best extensions in order until k beams live on; those ending in eos or a stop
+// string join `finished`, the others fork their beam's state.
+template <class State>
+absl::StatusOr<std::vector<Beam<State>>> ExtendBeams(const std::vector<Beam<State>>& live, size_t k,
+                                                     const GenerationParams& params,
+                                                     std::vector<GenerationOutput>& finished) {
+  std::vector<Beam<State>> next;
+  for (const BeamExtension& p : BestExtensionsOf(live, 2 * k)) {
+    if (next.size() >= k) break;  // the step ends once k live beams are collected
+    std::vector<int32_t> tokens = live[p.beam].tokens;
+    if (auto done = FinishedBy(params, tokens, p)) {
+      finished.push_back(*std::move(done));
+      continue;
+    }
+    auto fork = live[p.beam].state->Fork();
+    if (!fork.ok()) return fork.status();
+    next.push_back({std::move(tokens), p.sum, std::make_unique<State>(*std::move(fork))});
+  }
+  return next;
+}
+
+template <class State>
+absl::Status AdvanceBeams(std::vector<Beam<State>>& live) {
+  std::vector<State*> states;
+  std::vector<int32_t> tokens;
+  for (auto& b : live) {
+    states.push_back(b.state.get());
+    tokens.push_back(b.tokens.back());
+  }
+  return State::AdvanceAll(states, tokens);
+}
+
 template <class State>
 absl::StatusOr<GenerationOutput> BeamSearch(State start, const GenerationParams& params) {
   const size_t k = static_cast<size_t>(std::max(1, params.beam_width));
@@ -78,78 +139,12 @@ absl::StatusOr<GenerationOutput> BeamSearch(State start, const GenerationParams&
   std::vector<GenerationOutput> finished;
   for (int step = 0; step < params.max_new_tokens && !live.empty(); ++step) {
     if (auto s = CheckCancelled(params); !s.ok()) return s;
-    // The 2k best (beam, token) pairs by sum; ties: lower beam index, then lower token id.
-    struct Pair {
-      double sum;
-      size_t beam;
-      int32_t token;
-    };
-    std::vector<Pair> best;
-    const size_t want = 2 * k;
-    auto worse = [](const Pair& a, const Pair& b) {  // a ranks after b
-      if (a.sum != b.sum) return a.sum < b.sum;
-      if (a.beam != b.beam) return a.beam > b.beam;
-      return a.token > b.token;
-    };
-    for (size_t b = 0; b < live.size(); ++b) {
-      const auto& lp = live[b].state->next_logprobs();
-      for (size_t t = 0; t < lp.size(); ++t) {
-        Pair p{live[b].sum + lp[t], b, static_cast<int32_t>(t)};
-        if (best.size() < want) {
-          best.push_back(p);
-          std::push_heap(best.begin(), best.end(),
-                         [&](const Pair& x, const Pair& y) { return worse(y, x); });
-        } else if (worse(best.front(), p)) {
-          std::pop_heap(best.begin(), best.end(),
-                        [&](const Pair& x, const Pair& y) { return worse(y, x); });
-          best.back() = p;
-          std::push_heap(best.begin(), best.end(),
-                         [&](const Pair& x, const Pair& y) { return worse(y, x); });
-        }
-      }
-    }
-    std::sort(best.begin(), best.end(), [&](const Pair& a, const Pair& b) { return worse(b, a); });
-
-    std::vector<Beam<State>> next;
-    std::vector<int32_t> next_tokens;
-    for (const Pair& p : best) {
-      if (next.size() >= k) break;  // the step ends once k live beams are collected
-      std::vector<int32_t> tokens = live[p.beam].tokens;
-      if (params.eos_id && p.token == *params.eos_id) {
-        GenerationOutput done;
-        done.tokens = tokens;
-        done.sum_logprob = p.sum;
-        done.score = Score(p.sum, tokens.size() + 1, params.length_penalty);
-        done.reason = FinishReason::kEos;
-        finished.push_back(std::move(done));
-        continue;
-      }
-      tokens.push_back(p.token);
-      if (auto stop = EndsWithStop(params, tokens)) {
-        GenerationOutput done;
-        done.tokens = tokens;
-        done.sum_logprob = p.sum;
-        done.score = Score(p.sum, tokens.size(), params.length_penalty);
-        done.reason = FinishReason::kStopString;
-        done.stop_string = *stop;
-        finished.push_back(std::move(done));
-        continue;
-      }
-      if (next.size() < k) {
-        next.push_back({std::move(tokens), p.sum, nullptr});
-        next_tokens.push_back(p.token);
-        auto fork = live[p.beam].state->Fork();
-        if (!fork.ok()) return fork.status();
-        next.back().state = std::make_unique<State>(*std::move(fork));
-      }
-    }
-    live = std::move(next);
+    auto next = ExtendBeams(live, k, params, finished);
+    if (!next.ok()) return next.status();
+    live = *std::move(next);
     if (finished.size() >= k || live.empty()) break;
     if (step + 1 == params.max_new_tokens) break;
-    std::vector<State*> states;
-    for (auto& b : live) states.push_back(b.state.get());
-    auto status = State::AdvanceAll(states, next_tokens);
-    if (!status.ok()) return status;
+    if (auto s = AdvanceBeams(live); !s.ok()) return s;
   }
   // Early stopping: once k hypotheses have finished, the live beams are dropped; otherwise (the
   // token limit) they finish with their scores.
@@ -162,11 +157,7 @@ absl::StatusOr<GenerationOutput> BeamSearch(State start, const GenerationParams&
     done.reason = FinishReason::kMaxTokens;
     finished.push_back(std::move(done));
   }
-  size_t best_index = 0;
-  for (size_t i = 1; i < finished.size(); ++i) {
-    if (finished[i].score > finished[best_index].score) best_index = i;
-  }
-  return finished[best_index];
+  return BestScored(std::move(finished));
 }
 
 }  // namespace generation_internal
