@@ -4,8 +4,8 @@
 // context, warm (its KV file in the page cache, as after being written) and cold (the file's
 // pages dropped with posix_fadvise(DONTNEED), residency checked with mincore()). Same-run
 // references on the same filesystem, with the same bytes: a plain buffered read() of a file
-// (warm), an O_DIRECT read of it (cold), and a plain write() + fsync of it (store). Targets
-// (issue #10): warm restore >= 0.5 of the buffered read, cold restore >= 0.7 of the O_DIRECT read,
+// (warm), an O_DIRECT read of it (cold), and a plain write() + fsync of it (store). Targets:
+// warm restore >= 0.5 of the buffered read, cold restore >= 0.7 of the O_DIRECT read,
 // restore >= 20x faster than re-encoding, store >= 0.5 of the plain write. Restores and reads:
 // best of three rounds each; the store and the plain write: one each. Then the scaling: f32
 // store and restore of 100, 300, 1000 and 3000 shots (--quick: up to 1000), each encoded first.

@@ -3,7 +3,7 @@
 // that family
 // (decoder_models.h) and GPT-2 small itself, in the same run on the CPU backend: prefill of one
 // --tokens (1024) sequence as tokens/s and as a fraction of an OpenBLAS sgemm measured in the same
-// run, and the family's fraction over GPT-2's (issue 13 §4: within 10%, i.e. >= 0.9). The two
+// run, and the family's fraction over GPT-2's (target: within 10%, i.e. >= 0.9). The two
 // models alternate round by round and each figure is its best round, so load from other processes
 // on a shared machine falls on both alike.
 #include <algorithm>

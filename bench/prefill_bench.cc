@@ -232,8 +232,8 @@ int RunPrefillBench(const BenchOptions& options) {
              "GB/s (same-run reference: the faster of the two kernels below)");
   report.Add("memory_read_integer_sum_gbytes_per_second", int_gbps, "GB/s");
   report.Add("memory_read_avx512_sum_gbytes_per_second", avx_gbps, "GB/s");
-  // f32 weights; then bf16. "weight" figures count the weights alone (the target), "read"
-  // figures the weights and the K/V that attention reads on top of them.
+  // f32 weights; then bf16. "weight" figures count the weights alone (what the target is set on),
+  // "read" figures the weights and the K/V that attention reads on top of them.
   auto add_decode = [&](const std::string& prefix, const std::string& what, double seconds,
                         const DecodeBytes& bytes) {
     report.Add(prefix + "seconds_per_token", seconds, "s (" + what + ")");

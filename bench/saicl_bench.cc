@@ -5,7 +5,7 @@
 // segments concatenated into one input), on the CPU backend with the T5-base-shaped random model
 // of `prefill --family=t5`. Reported: both times per (S, k), the speed-up (a same-run ratio),
 // SAICL's time per demonstration from k = 32 on as its largest over its smallest (linear cost:
-// issue 14 asks for at most 1.15), and SAICL over a linear reference measured beside it: T5's
+// the target is at most 1.15), and SAICL over a linear reference measured beside it: T5's
 // own encoder over the same k + 1 segments as separate inputs (the same tokens, no attention
 // between segments), whose ratio stays flat when SAICL's cost is linear even where the machine's
 // load is not. Each time is the best of --repeats rounds; every round runs every k and mode in

@@ -3,7 +3,7 @@
 // cross-attention K/V the encoder pass also computes) and GPT-2 small (whose matrices have these
 // shapes, decoder_models.h) in the same run on the CPU backend: encoder prefill of one --tokens
 // (1024) input as tokens/s and as a fraction of the OpenBLAS sgemm measured in the same run, and
-// that fraction over GPT-2's prefill fraction (issue 13 §4: within 10%, >= 0.9). The two models
+// that fraction over GPT-2's prefill fraction (target: within 10%, >= 0.9). The two models
 // alternate round by round and each figure is its best round, so load from other processes on a
 // shared machine falls on both alike.
 #include <algorithm>
