@@ -152,107 +152,209 @@ void PrintClassifyResult(const CliContext& cli, const v1::Input& input,
   std::printf("%s\t%.4f\t%s\n", result.label().c_str(), probability, DisplayInput(input).c_str());
 }
 
-}  // namespace
-
-int RunClassify(const CliContext& cli) {
-  const std::string cmd = "classify";
-  if (cli.args.size() != 1) return ReportUsageError(cmd, "expected TASK_ID");
-  const std::string& task_id = cli.args[0];
-  FieldOptions options;
-  std::vector<Record> records;
-  std::string source;
+// A classify run's inputs in batches, one request per batch (request_id: the batch index).
+struct ClassifyBatches {
+  std::string task_id;
+  std::vector<std::vector<v1::Input>> batches;
   size_t batch_size = 0;
   v1::QueryOptions query;
-  if (!FieldMappings(cli, cmd, &options) || !BatchFlag(cmd, &batch_size) ||
-      !QueryOptionsFromFlags(cmd, &query) || !ReadInputs(cli, cmd, &records, &source, &options)) {
-    return 2;
-  }
-  auto inputs = BuildInputs(records, options, source);
-  if (!inputs.ok()) return ReportUsageError(cmd, std::string(inputs.status().message()));
-  if (inputs->empty()) return ReportUsageError(cmd, absl::StrCat(source, ": no inputs"));
-  std::vector<std::vector<v1::Input>> batches = Batches(*inputs, batch_size);
-  auto make_request = [&](size_t b) {
+
+  v1::ClassifyRequest Request(size_t b) const {
     v1::ClassifyRequest request;
     request.set_task_id(task_id);
     for (const v1::Input& input : batches[b]) *request.add_inputs() = input;
     *request.mutable_options() = query;
     request.set_request_id(std::to_string(b));
     return request;
-  };
-  auto stub = v1::ManyShot::NewStub(cli.channel);
-  auto start = std::chrono::steady_clock::now();
-  size_t done = 0;
-
-  if (!absl::GetFlag(FLAGS_stream)) {
-    for (size_t b = 0; b < batches.size(); ++b) {
-      v1::ClassifyResponse response;
-      auto call = cli.NewCall(task_id);
-      grpc::Status status = stub->Classify(call.get(), make_request(b), &response);
-      if (!status.ok()) return ReportRpcError(cmd, status);
-      if (response.results_size() != static_cast<int>(batches[b].size())) {
-        return ReportRpcError(
-            cmd, grpc::Status(grpc::StatusCode::INTERNAL,
-                              absl::StrCat("expected ", batches[b].size(), " results, got ",
-                                           response.results_size())));
-      }
-      for (int i = 0; i < response.results_size(); ++i) {
-        PrintClassifyResult(cli, batches[b][static_cast<size_t>(i)], response.results(i));
-      }
-      std::fflush(stdout);
-      done += batches[b].size();
-    }
-    PrintThroughput(done, start);
-    return 0;
   }
+};
 
-  // StreamClassify: every batch on one stream; answers arrive in completion order and are
-  // printed in input order.
-  std::map<size_t, v1::ClassifyResponse> pending;
-  size_t next = 0;
-  int exit_code = 0;
-  auto call = cli.NewStreamingCall(task_id);
-  grpc::Status status = StreamClassifyRequests(
-      *stub, call.get(), batches.size(), make_request, [&](v1::ClassifyResponse& response) {
-        size_t b = 0;
-        try {
-          b = std::stoul(response.request_id());
-        } catch (...) {
-          b = batches.size();
-        }
-        if (b >= batches.size()) {
-          std::fprintf(stderr, "manyshot: classify: unexpected request_id '%s'\n",
-                       response.request_id().c_str());
-          exit_code = 1;
-          return;
-        }
-        pending[b] = std::move(response);
-        for (auto it = pending.find(next); it != pending.end(); it = pending.find(next)) {
-          const v1::ClassifyResponse& r = it->second;
-          if (r.error().code() != 0) {
-            ReportErrorStatus(absl::StrCat(cmd, ": inputs ", next * batch_size + 1, "-",
-                                           next * batch_size + batches[next].size()),
-                              r.error());
-            exit_code = 1;
-          } else {
-            for (int i = 0; i < r.results_size() && i < static_cast<int>(batches[next].size());
-                 ++i) {
-              PrintClassifyResult(cli, batches[next][static_cast<size_t>(i)], r.results(i));
-            }
-            done += batches[next].size();
-          }
-          std::fflush(stdout);
-          pending.erase(it);
-          ++next;
-        }
-      });
-  if (!status.ok()) return ReportRpcError(cmd, status);
-  if (next < batches.size()) {
-    return ReportRpcError(
-        cmd, grpc::Status(grpc::StatusCode::INTERNAL,
-                          absl::StrCat("answers for ", next, " of ", batches.size(), " batches")));
+// One Classify call per batch, printed as each returns.
+int ClassifyUnary(const CliContext& cli, v1::ManyShot::Stub& stub, const ClassifyBatches& job) {
+  const std::string cmd = "classify";
+  const auto start = std::chrono::steady_clock::now();
+  size_t done = 0;
+  for (size_t b = 0; b < job.batches.size(); ++b) {
+    v1::ClassifyResponse response;
+    auto call = cli.NewCall(job.task_id);
+    grpc::Status status = stub.Classify(call.get(), job.Request(b), &response);
+    if (!status.ok()) return ReportRpcError(cmd, status);
+    if (response.results_size() != static_cast<int>(job.batches[b].size())) {
+      return ReportRpcError(
+          cmd, grpc::Status(grpc::StatusCode::INTERNAL,
+                            absl::StrCat("expected ", job.batches[b].size(), " results, got ",
+                                         response.results_size())));
+    }
+    for (int i = 0; i < response.results_size(); ++i) {
+      PrintClassifyResult(cli, job.batches[b][static_cast<size_t>(i)], response.results(i));
+    }
+    std::fflush(stdout);
+    done += job.batches[b].size();
   }
   PrintThroughput(done, start);
-  return exit_code;
+  return 0;
+}
+
+// Prints StreamClassify answers, which arrive in completion order, in input order.
+class InOrderPrinter {
+ public:
+  InOrderPrinter(const CliContext& cli, const ClassifyBatches& job) : cli_(cli), job_(job) {}
+
+  void OnResponse(v1::ClassifyResponse& response) {
+    size_t b = 0;
+    try {
+      b = std::stoul(response.request_id());
+    } catch (...) {
+      b = job_.batches.size();
+    }
+    if (b >= job_.batches.size()) {
+      std::fprintf(stderr, "manyshot: classify: unexpected request_id '%s'\n",
+                   response.request_id().c_str());
+      exit_code_ = 1;
+      return;
+    }
+    pending_[b] = std::move(response);
+    for (auto it = pending_.find(next_); it != pending_.end(); it = pending_.find(next_)) {
+      Print(it->second);
+      pending_.erase(it);
+      ++next_;
+    }
+  }
+
+  size_t batches_printed() const { return next_; }
+  size_t inputs_printed() const { return done_; }
+  int exit_code() const { return exit_code_; }
+
+ private:
+  void Print(const v1::ClassifyResponse& r) {
+    const std::vector<v1::Input>& batch = job_.batches[next_];
+    if (r.error().code() != 0) {
+      ReportErrorStatus(absl::StrCat("classify: inputs ", next_ * job_.batch_size + 1, "-",
+                                     next_ * job_.batch_size + batch.size()),
+                        r.error());
+      exit_code_ = 1;
+    } else {
+      for (int i = 0; i < r.results_size() && i < static_cast<int>(batch.size()); ++i) {
+        PrintClassifyResult(cli_, batch[static_cast<size_t>(i)], r.results(i));
+      }
+      done_ += batch.size();
+    }
+    std::fflush(stdout);
+  }
+
+  const CliContext& cli_;
+  const ClassifyBatches& job_;
+  std::map<size_t, v1::ClassifyResponse> pending_;
+  size_t next_ = 0;
+  size_t done_ = 0;
+  int exit_code_ = 0;
+};
+
+// StreamClassify: every batch on one stream.
+int ClassifyStreamed(const CliContext& cli, v1::ManyShot::Stub& stub, const ClassifyBatches& job) {
+  const std::string cmd = "classify";
+  const auto start = std::chrono::steady_clock::now();
+  InOrderPrinter printer(cli, job);
+  auto call = cli.NewStreamingCall(job.task_id);
+  grpc::Status status = StreamClassifyRequests(
+      stub, call.get(), job.batches.size(), [&job](size_t b) { return job.Request(b); },
+      [&printer](v1::ClassifyResponse& response) { printer.OnResponse(response); });
+  if (!status.ok()) return ReportRpcError(cmd, status);
+  if (printer.batches_printed() < job.batches.size()) {
+    return ReportRpcError(cmd, grpc::Status(grpc::StatusCode::INTERNAL,
+                                            absl::StrCat("answers for ", printer.batches_printed(),
+                                                         " of ", job.batches.size(), " batches")));
+  }
+  PrintThroughput(printer.inputs_printed(), start);
+  return printer.exit_code();
+}
+
+// The score items of a JSONL file: each line's input and its "candidates" (a non-empty array of
+// strings). INVALID_ARGUMENT names the file and line of a bad one.
+absl::StatusOr<std::vector<v1::ScoreItem>> ReadScoreItems(const std::string& path,
+                                                          FieldOptions options) {
+  auto records = ReadExamples(path, ExampleFormat::kJsonl);
+  if (!records.ok()) return records.status();
+  const std::string source = path == "-" ? "<stdin>" : path;
+  options.text_field = absl::GetFlag(FLAGS_text_field);
+  auto inputs = BuildInputs(*records, options, source);
+  if (!inputs.ok()) return inputs.status();
+  std::vector<v1::ScoreItem> items;
+  for (size_t i = 0; i < records->size(); ++i) {
+    const Record& record = (*records)[i];
+    const nlohmann::json* candidates = GetJsonField(record, "candidates");
+    v1::ScoreItem item;
+    *item.mutable_input() = (*inputs)[i];
+    bool ok = candidates != nullptr && candidates->is_array() && !candidates->empty();
+    for (size_t c = 0; ok && c < candidates->size(); ++c) {
+      ok = (*candidates)[c].is_string();
+      if (ok) item.add_candidates((*candidates)[c].get<std::string>());
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ":", record.line, ": \"candidates\" must be a non-empty array of strings"));
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+// The one score item of --input and --candidate.
+absl::StatusOr<v1::ScoreItem> ScoreItemFromFlags(const CliContext& cli) {
+  if (cli.Repeated("input").empty()) return absl::InvalidArgumentError("--input is required");
+  if (cli.Repeated("candidate").empty()) {
+    return absl::InvalidArgumentError("give at least one --candidate");
+  }
+  v1::ScoreItem item;
+  item.mutable_input()->set_text(UnescapeFlagValue(cli.Repeated("input").back()));
+  for (const std::string& c : cli.Repeated("candidate")) item.add_candidates(UnescapeFlagValue(c));
+  return item;
+}
+
+// The best candidate's line, then every candidate's figures (or one JSON line).
+void PrintScoreResult(const CliContext& cli, const v1::ScoreItem& item,
+                      const v1::ScoreResult& result) {
+  if (cli.json) {
+    nlohmann::json line = nlohmann::json::parse(ToJson(result));
+    line["input"] = InputJson(item.input());
+    std::printf("%s\n", line.dump().c_str());
+    return;
+  }
+  if (result.candidates_size() == 0) return;
+  const int best = static_cast<int>(result.best_index()) < result.candidates_size()
+                       ? static_cast<int>(result.best_index())
+                       : 0;
+  std::printf("%s\t%.4f\t%s\n", OneLine(result.candidates(best).candidate()).c_str(),
+              result.candidates(best).probability(), DisplayInput(item.input()).c_str());
+  for (int c = 0; c < result.candidates_size(); ++c) {
+    const v1::CandidateScore& s = result.candidates(c);
+    std::printf("  %s %.4f  mean_logprob %.4f  %u tokens  %s\n", c == best ? "*" : " ",
+                s.probability(), s.mean_logprob(), s.num_tokens(), OneLine(s.candidate()).c_str());
+  }
+}
+
+}  // namespace
+
+int RunClassify(const CliContext& cli) {
+  const std::string cmd = "classify";
+  if (cli.args.size() != 1) return ReportUsageError(cmd, "expected TASK_ID");
+  ClassifyBatches job;
+  job.task_id = cli.args[0];
+  FieldOptions options;
+  std::vector<Record> records;
+  std::string source;
+  if (!FieldMappings(cli, cmd, &options) || !BatchFlag(cmd, &job.batch_size) ||
+      !QueryOptionsFromFlags(cmd, &job.query) ||
+      !ReadInputs(cli, cmd, &records, &source, &options)) {
+    return 2;
+  }
+  auto inputs = BuildInputs(records, options, source);
+  if (!inputs.ok()) return ReportUsageError(cmd, std::string(inputs.status().message()));
+  if (inputs->empty()) return ReportUsageError(cmd, absl::StrCat(source, ": no inputs"));
+  job.batches = Batches(*inputs, job.batch_size);
+  auto stub = v1::ManyShot::NewStub(cli.channel);
+  return absl::GetFlag(FLAGS_stream) ? ClassifyStreamed(cli, *stub, job)
+                                     : ClassifyUnary(cli, *stub, job);
 }
 
 int RunScore(const CliContext& cli) {
@@ -267,45 +369,18 @@ int RunScore(const CliContext& cli) {
     return 2;
   }
   std::vector<v1::ScoreItem> items;
-  std::string path = absl::GetFlag(FLAGS_file);
+  const std::string path = absl::GetFlag(FLAGS_file);
+  if (!path.empty() && (!cli.Repeated("input").empty() || !cli.Repeated("candidate").empty())) {
+    return ReportUsageError(cmd, "give either --file or --input with --candidate, not both");
+  }
   if (!path.empty()) {
-    if (!cli.Repeated("input").empty() || !cli.Repeated("candidate").empty()) {
-      return ReportUsageError(cmd, "give either --file or --input with --candidate, not both");
-    }
-    auto records = ReadExamples(path, ExampleFormat::kJsonl);
-    if (!records.ok()) return ReportUsageError(cmd, std::string(records.status().message()));
-    std::string source = path == "-" ? "<stdin>" : path;
-    options.text_field = absl::GetFlag(FLAGS_text_field);
-    auto inputs = BuildInputs(*records, options, source);
-    if (!inputs.ok()) return ReportUsageError(cmd, std::string(inputs.status().message()));
-    for (size_t i = 0; i < records->size(); ++i) {
-      const Record& record = (*records)[i];
-      const nlohmann::json* candidates = GetJsonField(record, "candidates");
-      v1::ScoreItem item;
-      *item.mutable_input() = (*inputs)[i];
-      bool ok = candidates != nullptr && candidates->is_array() && !candidates->empty();
-      for (size_t c = 0; ok && c < candidates->size(); ++c) {
-        ok = (*candidates)[c].is_string();
-        if (ok) item.add_candidates((*candidates)[c].get<std::string>());
-      }
-      if (!ok) {
-        return ReportUsageError(cmd, absl::StrCat(source, ":", record.line,
-                                                  ": \"candidates\" must be a non-empty array "
-                                                  "of strings"));
-      }
-      items.push_back(std::move(item));
-    }
+    auto read = ReadScoreItems(path, options);
+    if (!read.ok()) return ReportUsageError(cmd, std::string(read.status().message()));
+    items = *std::move(read);
   } else {
-    if (cli.Repeated("input").empty()) return ReportUsageError(cmd, "--input is required");
-    if (cli.Repeated("candidate").empty()) {
-      return ReportUsageError(cmd, "give at least one --candidate");
-    }
-    v1::ScoreItem item;
-    item.mutable_input()->set_text(UnescapeFlagValue(cli.Repeated("input").back()));
-    for (const std::string& c : cli.Repeated("candidate")) {
-      item.add_candidates(UnescapeFlagValue(c));
-    }
-    items.push_back(std::move(item));
+    auto item = ScoreItemFromFlags(cli);
+    if (!item.ok()) return ReportUsageError(cmd, std::string(item.status().message()));
+    items.push_back(*std::move(item));
   }
   if (items.empty()) return ReportUsageError(cmd, "no items to score");
 
@@ -320,26 +395,7 @@ int RunScore(const CliContext& cli) {
     grpc::Status status = stub->Score(call.get(), request, &response);
     if (!status.ok()) return ReportRpcError(cmd, status);
     for (int i = 0; i < response.results_size() && i < static_cast<int>(batch.size()); ++i) {
-      const v1::ScoreItem& item = batch[static_cast<size_t>(i)];
-      const v1::ScoreResult& result = response.results(i);
-      if (cli.json) {
-        nlohmann::json line = nlohmann::json::parse(ToJson(result));
-        line["input"] = InputJson(item.input());
-        std::printf("%s\n", line.dump().c_str());
-        continue;
-      }
-      if (result.candidates_size() == 0) continue;
-      int best = static_cast<int>(result.best_index()) < result.candidates_size()
-                     ? static_cast<int>(result.best_index())
-                     : 0;
-      std::printf("%s\t%.4f\t%s\n", OneLine(result.candidates(best).candidate()).c_str(),
-                  result.candidates(best).probability(), DisplayInput(item.input()).c_str());
-      for (int c = 0; c < result.candidates_size(); ++c) {
-        const v1::CandidateScore& s = result.candidates(c);
-        std::printf("  %s %.4f  mean_logprob %.4f  %u tokens  %s\n", c == best ? "*" : " ",
-                    s.probability(), s.mean_logprob(), s.num_tokens(),
-                    OneLine(s.candidate()).c_str());
-      }
+      PrintScoreResult(cli, batch[static_cast<size_t>(i)], response.results(i));
     }
   }
   return 0;

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 
@@ -9,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/task/query_room.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/grpc_status.h"
@@ -411,6 +414,49 @@ absl::StatusOr<QueryOverrides> ToOverrides(const v1::QueryOptions& options) {
     o.rescale_factor = options.rescale_factor();
   }
   return o;
+}
+
+absl::StatusOr<GenerationParams> ToGenerationParams(const v1::GenerationOptions& o,
+                                                    const ServerConfig& config) {
+  if (o.strategy() != v1::DECODING_STRATEGY_UNSPECIFIED &&
+      o.strategy() != v1::DECODING_STRATEGY_GREEDY && o.strategy() != v1::DECODING_STRATEGY_BEAM) {
+    return absl::InvalidArgumentError(absl::StrCat("options.strategy ",
+                                                   static_cast<int>(o.strategy()),
+                                                   " is not a known strategy (GREEDY, BEAM)"));
+  }
+  GenerationParams params;
+  params.beam_search = o.strategy() == v1::DECODING_STRATEGY_BEAM;
+  params.beam_width = o.beam_width() ? static_cast<int>(o.beam_width()) : 3;
+  params.length_penalty = o.has_length_penalty() ? o.length_penalty() : 0.6;
+  // Unset: the default length, or fewer tokens where the input leaves less room (the task
+  // shortens it); set: exactly that bound, refused when the input leaves less room.
+  params.shorten_to_room = o.max_new_tokens() == 0;
+  params.max_new_tokens =
+      params.shorten_to_room
+          ? std::min(kDefaultMaxNewTokens, static_cast<int>(config.max_new_tokens))
+          : static_cast<int>(std::min<uint32_t>(o.max_new_tokens(), INT32_MAX));
+  if (params.max_new_tokens > static_cast<int>(config.max_new_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat("options.max_new_tokens ", params.max_new_tokens,
+                                                   " is more than --max_new_tokens ",
+                                                   config.max_new_tokens));
+  }
+  if (params.beam_search &&
+      (params.beam_width < 1 || params.beam_width > static_cast<int>(config.max_beam_width))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.beam_width must be 1 to --max_beam_width ", config.max_beam_width));
+  }
+  // sum_logprob / length^length_penalty must stay finite for every length up to
+  // --max_new_tokens (a beam ranked by an infinite or zero divisor is ranked by nothing).
+  if (!std::isfinite(params.length_penalty) || std::abs(params.length_penalty) > 10) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.length_penalty must be a finite number from -10 to 10 (got ",
+                     params.length_penalty, ")"));
+  }
+  for (const auto& s : o.stop()) {
+    if (s.empty()) return absl::InvalidArgumentError("options.stop has an empty string");
+    params.stop.push_back(s);
+  }
+  return params;
 }
 
 std::string ContentHash(const v1::TaskSpec& spec,

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/serving/served_task_options.h"
 #include "engine/task/example.h"
+#include "engine/task/generation_params.h"
 #include "engine/task/task_options.h"
 #include "manyshot/v1/manyshot.pb.h"
 #include "server/server_config.h"
@@ -56,6 +57,11 @@ absl::StatusOr<Example> ToExample(const v1::Input& input, const ServerConfig& co
                                   const std::string& what);
 
 absl::StatusOr<QueryOverrides> ToOverrides(const v1::QueryOptions& options);
+
+// Generate's options as search parameters, checked against the server's limits (INVALID_ARGUMENT
+// names the option). The caller adds what the model and the call supply: eos, on_token, cancelled.
+absl::StatusOr<GenerationParams> ToGenerationParams(const v1::GenerationOptions& options,
+                                                    const ServerConfig& config);
 
 // Hex digest of spec + demonstrations (deterministic serialization): equal content, equal hash.
 std::string ContentHash(const v1::TaskSpec& spec,

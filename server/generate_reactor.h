@@ -30,6 +30,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   // Streams a token with the text it adds (empty while a multi-byte character is incomplete).
   void Emit(int32_t token, double logprob);
   void End(const absl::Status& status);
+  // Writes the last response (a beam's tokens first, then the result) and ends the call.
+  void WriteResult(const GenerationOutput& output, bool beam);
 
   ServiceParts& parts_;
   grpc::CallbackServerContext* context_;

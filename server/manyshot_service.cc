@@ -1,36 +1,20 @@
 #include "server/manyshot_service.h"
 
-#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "engine/backends/backend_factory.h"
-#include "engine/core/dtype.h"
-#include "engine/cpu/cpu_backend.h"
-#include "engine/cpu/cpu_target.h"
 #include "server/api_to_engine.h"
-#include "server/build_info.h"
 #include "server/classify_call.h"
 #include "server/create_task_reactor.h"
 #include "server/generate_reactor.h"
 #include "server/grpc_status.h"
 #include "server/request_context.h"
 #include "server/request_parser.h"
+#include "server/server_info.h"
 #include "server/stream_classify_reactor.h"
 
 namespace manyshot::server {
 namespace {
-
-// The CPU's model name from /proc/cpuinfo, else "host CPU".
-std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    auto colon = line.find(':');
-    if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
-  }
-  return "host CPU";
-}
 
 // A unary call whose work is queued on the scheduler: a call cancelled while queued is dropped.
 class QueuedUnaryReactor final : public grpc::ServerUnaryReactor {
@@ -226,87 +210,7 @@ ManyShotService::Unary* ManyShotService::GetServerInfo(Context* context, const B
     out = s;
     return Answer(parts_, context, "GetServerInfo", start, "", out, response);
   }
-  v1::ServerInfo& info = out.emplace();
-  info.set_version(kVersion);
-  auto* model = info.mutable_model();
-  const ModelDescription& d = parts_.model->description();
-  model->set_path(d.path.string());
-  model->set_model_type(d.model_type);
-  model->set_encoder_decoder(d.encoder_decoder);
-  model->set_layers(d.layers);
-  model->set_hidden_size(d.hidden_size);
-  model->set_heads(d.heads);
-  model->set_kv_heads(d.kv_heads);
-  model->set_head_dim(d.head_dim);
-  model->set_vocab_size(d.vocab_size);
-  model->set_context_length(d.context_length);
-  model->set_weight_dtype(d.weight_dtype);
-  model->set_held_weight_dtype(d.held_weight_dtype);
-  model->set_fingerprint(d.fingerprint);
-  model->set_random_weights(d.marker.random_weights);
-  model->set_weights_note(d.marker.note);
-  model->set_tokenizer_kind(parts_.model->tokenizer().kind());
-  model->set_tokenizer_fingerprint(parts_.model->tokenizer().fingerprint());
-
-  auto* backend = info.mutable_backend();
-  backend->set_name(parts_.model->backend->name());
-  static const std::string cpu_name = CpuModelName();
-  const bool on_gpu = parts_.model->backend->device() == Device::kCUDA;
-  backend->set_device(on_gpu ? parts_.model->backend->description() : cpu_name);
-  backend->set_threads(static_cast<uint32_t>(parts_.model->backend->threads()));
-  if (!on_gpu) backend->set_blas_kernel(BlasKernelName());
-  if (!on_gpu) backend->set_cpu_target(CpuTargetName());
-  backend->set_description(parts_.model->backend->description());
-  backend->set_selection(parts_.model->backend_selection);
-  backend->set_compute_dtype(std::string(DTypeName(d.compute_dtype)));
-  backend->set_kv_dtype(std::string(DTypeName(d.kv_dtype)));
-  backend->set_cuda_built(CudaBuilt());
-  backend->set_device_index(static_cast<uint32_t>(parts_.model->backend->device_index()));
-  auto* limits = info.mutable_limits();
-  limits->set_max_message_bytes(parts_.config.max_message_bytes);
-  limits->set_max_demonstrations(parts_.config.max_demonstrations);
-  limits->set_max_input_bytes(parts_.config.max_input_bytes);
-  limits->set_max_batch_inputs(parts_.config.max_batch_inputs);
-  limits->set_max_candidates(parts_.config.max_candidates);
-  limits->set_max_new_tokens(parts_.config.max_new_tokens);
-  limits->set_max_beam_width(parts_.config.max_beam_width);
-  limits->set_max_tasks(parts_.config.max_tasks);
-  limits->set_max_stream_inflight(parts_.config.max_stream_inflight);
-  limits->set_max_server_inflight(parts_.config.max_server_inflight);
-  limits->set_max_upload_bytes(parts_.config.max_upload_bytes);
-  limits->set_max_query_context_tokens(parts_.config.max_query_context_tokens);
-  limits->set_max_streams_per_tenant(parts_.config.max_streams_per_tenant);
-  limits->set_max_streams_per_connection(parts_.config.max_streams_per_connection);
-  limits->set_stream_idle_timeout_seconds(
-      static_cast<uint32_t>(parts_.config.stream_idle_timeout_seconds));
-  limits->set_max_total_upload_bytes(parts_.config.max_total_upload_bytes);
-  limits->set_max_request_id_bytes(static_cast<uint32_t>(kMaxRequestIdBytes));
-  const CacheStats stats = parts_.cache.Stats();
-  auto* cache = info.mutable_cache();
-  cache->set_memory_bytes(stats.memory_bytes);
-  cache->set_memory_budget_bytes(stats.memory_budget_bytes);
-  cache->set_memory_entries(stats.memory_entries);
-  cache->set_disk_bytes(stats.disk_bytes);
-  cache->set_disk_budget_bytes(stats.disk_budget_bytes);
-  cache->set_disk_entries(stats.disk_entries);
-  cache->set_kv_dtype(std::string(DTypeName(parts_.cache.storage_dtype())));
-  info.set_tasks(parts_.registry.size());
-  // Under bearer tokens a tenant sees its own tasks and bytes, not other tenants' (budgets and
-  // the dtype are the server's).
-  if (!parts_.config.auth_tokens_file.empty()) {
-    const TaskRegistry::TenantFigures own =
-        parts_.registry.FiguresOf(TenantOf(parts_.tenants, context));
-    info.set_tasks(own.tasks);
-    cache->set_memory_bytes(own.memory_bytes);
-    cache->set_memory_entries(own.memory_entries);
-    cache->set_disk_bytes(own.disk_bytes);
-    cache->set_disk_entries(own.disk_entries);
-  }
-  auto since_epoch = parts_.start_time.time_since_epoch();
-  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
-  info.mutable_start_time()->set_seconds(seconds.count());
-  info.mutable_start_time()->set_nanos(static_cast<int32_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch - seconds).count()));
+  out = DescribeServer(parts_, TenantOf(parts_.tenants, context));
   return Answer(parts_, context, "GetServerInfo", start, "", out, response);
 }
 

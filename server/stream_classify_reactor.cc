@@ -59,66 +59,79 @@ void StreamClassifyReactor::OnReadDone(bool ok) {
   if (auto parsed = ParseRequest(read_buffer_, request, 0,
                                  absl::StrCat("StreamClassify message ", message, ": "));
       !parsed.ok()) {
-    // The rest of the stream cannot be trusted to line up with what the client meant: fail the
-    // call rather than skip the message (answers already sent stay valid).
-    abandoned_->store(true);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      finished_ = true;
-    }
-    writes_.Finish(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(parsed)));
-    return;
+    return FailStream(parsed);
   }
   const auto request_start = std::chrono::steady_clock::now();
   absl::Status refused = CheckRequestId(request.request_id());
   if (!refused.ok()) {
     request.clear_request_id();  // never echoed back, never held
   } else {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (inflight_ >= parts_.config.max_stream_inflight) {
-      refused =
-          WithReason(absl::ResourceExhaustedError(absl::StrCat(
-                         "this stream already has ", inflight_,
-                         " requests being answered (--max_stream_inflight ",
-                         parts_.config.max_stream_inflight, "); read answers before sending more")),
-                     reason::kStreamInflightLimit);
-    } else if (parts_.stream_inflight.fetch_add(1) >= parts_.config.max_server_inflight) {
-      parts_.stream_inflight.fetch_sub(1);
-      refused = WithReason(
-          absl::ResourceExhaustedError(absl::StrCat(
-              "the server already has --max_server_inflight ", parts_.config.max_server_inflight,
-              " StreamClassify requests being answered; retry with backoff")),
-          reason::kServerInflightLimit);
-    } else {
-      ++inflight_;
-      ++refs_;
-    }
+    refused = TakeInflightSlot();
   }
   if (!refused.ok()) {
     v1::ClassifyResponse response;
     response.set_request_id(request.request_id());
     Answer(std::move(response), refused, request_start);
   } else {
-    StartClassify(parts_, tenant_, request, abandoned_,
-                  [this, request_start, request_id = request.request_id()](
-                      absl::StatusOr<v1::ClassifyResponse> response) {
-                    parts_.stream_inflight.fetch_sub(1);
-                    v1::ClassifyResponse out;
-                    if (response.ok()) {
-                      out = *std::move(response);
-                    } else {
-                      out.set_request_id(request_id);
-                    }
-                    Answer(std::move(out), response.status(), request_start);
-                    {
-                      std::lock_guard<std::mutex> lock(mutex_);
-                      --inflight_;
-                    }
-                    FinishIfComplete();
-                    Unref();
-                  });
+    Classify(request, request_start);
   }
   ContinueReading();
+}
+
+void StreamClassifyReactor::FailStream(const absl::Status& status) {
+  // The rest of the stream cannot be trusted to line up with what the client meant: fail the
+  // call rather than skip the message (answers already sent stay valid).
+  abandoned_->store(true);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+  }
+  writes_.Finish(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(status)));
+}
+
+absl::Status StreamClassifyReactor::TakeInflightSlot() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (inflight_ >= parts_.config.max_stream_inflight) {
+    return WithReason(
+        absl::ResourceExhaustedError(
+            absl::StrCat("this stream already has ", inflight_,
+                         " requests being answered (--max_stream_inflight ",
+                         parts_.config.max_stream_inflight, "); read answers before sending more")),
+        reason::kStreamInflightLimit);
+  }
+  if (parts_.stream_inflight.fetch_add(1) >= parts_.config.max_server_inflight) {
+    parts_.stream_inflight.fetch_sub(1);
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "the server already has --max_server_inflight ", parts_.config.max_server_inflight,
+            " StreamClassify requests being answered; retry with backoff")),
+        reason::kServerInflightLimit);
+  }
+  ++inflight_;
+  ++refs_;
+  return absl::OkStatus();
+}
+
+void StreamClassifyReactor::Classify(const v1::ClassifyRequest& request,
+                                     std::chrono::steady_clock::time_point request_start) {
+  StartClassify(parts_, tenant_, request, abandoned_,
+                [this, request_start,
+                 request_id = request.request_id()](absl::StatusOr<v1::ClassifyResponse> response) {
+                  parts_.stream_inflight.fetch_sub(1);
+                  v1::ClassifyResponse out;
+                  if (response.ok()) {
+                    out = *std::move(response);
+                  } else {
+                    out.set_request_id(request_id);
+                  }
+                  Answer(std::move(out), response.status(), request_start);
+                  {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    --inflight_;
+                  }
+                  FinishIfComplete();
+                  Unref();
+                });
 }
 
 void StreamClassifyReactor::Answer(v1::ClassifyResponse response, const absl::Status& status,

@@ -48,6 +48,14 @@ class StreamClassifyReactor final
               std::chrono::steady_clock::time_point start);
   // Reads the next message unless the call failed or too many answers are unread.
   void ContinueReading();
+  // A message that does not parse ends the whole call with `status`.
+  void FailStream(const absl::Status& status);
+  // One of this stream's and one of the server's in-flight slots (and a reference held until
+  // the answer is written), or RESOURCE_EXHAUSTED naming the limit that refused it.
+  absl::Status TakeInflightSlot();
+  // Runs one admitted request; its completion answers it and returns the slots.
+  void Classify(const v1::ClassifyRequest& request,
+                std::chrono::steady_clock::time_point request_start);
   // Finishes with OK once the client half-closed and every request is answered.
   void FinishIfComplete();
 
