@@ -45,7 +45,7 @@ void CreateTaskReactor::EndIfIdleSince(std::chrono::steady_clock::time_point sin
     if (ended_ || !reading_ || last_activity_ > since) return;
     ended_ = true;
   }
-  writes_.Finish(parts_.Record("CreateTask", context_, start_, "", ToGrpc(StreamIdleError(limit))));
+  EndCall(parts_.Record("CreateTask", context_, start_, "", ToGrpc(StreamIdleError(limit))));
 }
 
 void CreateTaskReactor::Fail(const absl::Status& status) {
@@ -53,7 +53,14 @@ void CreateTaskReactor::Fail(const absl::Status& status) {
     std::lock_guard<std::mutex> lock(mutex_);
     ended_ = true;
   }
-  writes_.Finish(parts_.Record("CreateTask", context_, start_, first_.task_id(), ToGrpc(status)));
+  EndCall(parts_.Record("CreateTask", context_, start_, first_.task_id(), ToGrpc(status)));
+}
+
+void CreateTaskReactor::EndCall(grpc::Status status) {
+  // The tenant's slot comes back before the client can see the end, so a client that opens its
+  // next stream as soon as this one ends is not refused.
+  if (admitted_) parts_.streams.Remove(tenant_, this);
+  writes_.Finish(std::move(status));
 }
 
 void CreateTaskReactor::OnReadDone(bool ok) {
@@ -166,7 +173,7 @@ void CreateTaskReactor::Encode() {
   done.mutable_result()->set_created(result->created);
   done.mutable_result()->set_replaced(result->replaced);
   writes_.Write(SerializeResponse(done));
-  writes_.Finish(parts_.Record("CreateTask", context_, start_, first_.task_id(), grpc::Status::OK));
+  EndCall(parts_.Record("CreateTask", context_, start_, first_.task_id(), grpc::Status::OK));
 }
 
 }  // namespace manyshot::server

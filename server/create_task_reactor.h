@@ -49,6 +49,8 @@ class CreateTaskReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   void SendProgress(v1::CreateTaskProgress::Phase phase, int64_t done, int64_t total,
                     int64_t tokens);
   void Fail(const absl::Status& status);
+  // Gives the stream's slot back and finishes the call once its responses are written.
+  void EndCall(grpc::Status status);
 
   ServiceParts& parts_;
   JobThreads& jobs_;

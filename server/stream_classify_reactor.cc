@@ -35,8 +35,7 @@ void StreamClassifyReactor::EndIfIdleSince(std::chrono::steady_clock::time_point
     finished_ = true;
   }
   abandoned_->store(true);
-  writes_.Finish(
-      parts_.Record("StreamClassify", context_, start_, "", ToGrpc(StreamIdleError(limit))));
+  EndCall(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(StreamIdleError(limit))));
 }
 
 void StreamClassifyReactor::OnReadDone(bool ok) {
@@ -86,7 +85,7 @@ void StreamClassifyReactor::FailStream(const absl::Status& status) {
     std::lock_guard<std::mutex> lock(mutex_);
     finished_ = true;
   }
-  writes_.Finish(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(status)));
+  EndCall(parts_.Record("StreamClassify", context_, start_, "", ToGrpc(status)));
 }
 
 absl::Status StreamClassifyReactor::TakeInflightSlot() {
@@ -177,7 +176,14 @@ void StreamClassifyReactor::FinishIfComplete() {
   }
   grpc::Status status = grpc::Status::OK;
   if (context_->IsCancelled()) status = GrpcError(grpc::StatusCode::CANCELLED, "cancelled");
-  writes_.Finish(parts_.Record("StreamClassify", context_, start_, "", status));
+  EndCall(parts_.Record("StreamClassify", context_, start_, "", status));
+}
+
+void StreamClassifyReactor::EndCall(grpc::Status status) {
+  // The tenant's slot comes back before the client can see the end, so a client that opens its
+  // next stream as soon as this one ends is not refused.
+  if (admitted_) parts_.streams.Remove(tenant_, this);
+  writes_.Finish(std::move(status));
 }
 
 void StreamClassifyReactor::OnCancel() {

@@ -48,6 +48,8 @@ class StreamClassifyReactor final
               std::chrono::steady_clock::time_point start);
   // Reads the next message unless the call failed or too many answers are unread.
   void ContinueReading();
+  // Gives the stream's slot back and finishes the call once its answers are written.
+  void EndCall(grpc::Status status);
   // A message that does not parse ends the whole call with `status`.
   void FailStream(const absl::Status& status);
   // One of this stream's and one of the server's in-flight slots (and a reference held until

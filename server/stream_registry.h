@@ -47,7 +47,8 @@ class StreamRegistry {
   // Registers `stream` for `tenant`; RESOURCE_EXHAUSTED (reason STREAMS_PER_TENANT_LIMIT) when
   // the tenant already has --max_streams_per_tenant open.
   absl::Status Admit(const std::string& tenant, Stream* stream);
-  // Unregisters; call before the stream is deleted (after its last reference is gone).
+  // Unregisters, giving the tenant's slot back. A reactor calls it when it ends its call (before
+  // the client can see the end) and again before it is deleted; the second call does nothing.
   void Remove(const std::string& tenant, Stream* stream);
   size_t open() const;
 
