@@ -8,7 +8,13 @@ piece's score, best first); BPE with byte_fallback and fuse_unk; the normalizer 
 and replaces " " by "▁"; the decoder undoes that. <unk>, <s>, </s> become special added tokens.
 Also writes tokenizer_config.json naming bos/eos.
 
-Usage: /usr/bin/python3 sp_model_to_tokenizer_json.py tokenizer.model out_dir [--merges-as-strings]
+--gemma writes Gemma's layout instead (transformers' GemmaConverter, as in google/gemma-2-2b's
+tokenizer.json): the normalizer is a bare Replace(" " -> "▁") (the model adds no dummy prefix),
+the user-defined pieces (<start_of_turn>, <end_of_turn>, ...) are added tokens too, and the
+post-processor is a TemplateProcessing that puts <bos> first.
+
+Usage: /usr/bin/python3 sp_model_to_tokenizer_json.py tokenizer.model out_dir
+           [--merges-as-strings] [--gemma]
 """
 import json
 import os
@@ -35,7 +41,23 @@ def extract_merges(vocab, vocab_scores):
     return [(val[0], val[1]) for val in merges]
 
 
-def convert(model_path, out_dir, merges_as_strings=False):
+def bos_template(bos_piece, bos_id):
+    """TemplateProcessing with bos first (GemmaConverter's post-processor)."""
+    def special(type_id):
+        return {"SpecialToken": {"id": bos_piece, "type_id": type_id}}
+
+    def sequence(name, type_id):
+        return {"Sequence": {"id": name, "type_id": type_id}}
+
+    return {
+        "type": "TemplateProcessing",
+        "single": [special(0), sequence("A", 0)],
+        "pair": [special(0), sequence("A", 0), special(1), sequence("B", 1)],
+        "special_tokens": {bos_piece: {"id": bos_piece, "ids": [bos_id], "tokens": [bos_piece]}},
+    }
+
+
+def convert(model_path, out_dir, merges_as_strings=False, gemma=False):
     proto = model_pb2.ModelProto()
     with open(model_path, "rb") as f:
         proto.ParseFromString(f.read())
@@ -50,10 +72,11 @@ def convert(model_path, out_dir, merges_as_strings=False):
     merges = extract_merges(vocab, vocab_scores)
     unk_piece = proto.trainer_spec.unk_piece or "<unk>"
     added = []
+    added_types = (UNKNOWN, CONTROL, USER_DEFINED) if gemma else (UNKNOWN, CONTROL)
     for i, (piece, _, ptype) in enumerate(pieces):
-        if ptype in (UNKNOWN, CONTROL):
+        if ptype in added_types:
             added.append({"id": i, "content": piece, "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True})
+                          "rstrip": False, "normalized": False, "special": ptype != USER_DEFINED})
     normalizers = []
     if proto.normalizer_spec.add_dummy_prefix:
         normalizers.append({"type": "Prepend", "prepend": "▁"})
@@ -65,14 +88,22 @@ def convert(model_path, out_dir, merges_as_strings=False):
     ]
     if proto.normalizer_spec.add_dummy_prefix:
         decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+    normalizer = {"type": "Sequence", "normalizers": normalizers}
+    post_processor = None
+    if gemma:
+        if proto.normalizer_spec.add_dummy_prefix:
+            raise SystemExit("--gemma: Gemma's models add no dummy prefix")
+        normalizer = normalizers[0]
+        bos = proto.trainer_spec.bos_id
+        post_processor = bos_template(pieces[bos][0], bos)
     tokenizer = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
-        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "normalizer": normalizer,
         "pre_tokenizer": None,
-        "post_processor": None,
+        "post_processor": post_processor,
         "decoder": {"type": "Sequence", "decoders": decoders},
         "model": {
             "type": "BPE",
@@ -91,7 +122,8 @@ def convert(model_path, out_dir, merges_as_strings=False):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer, f, ensure_ascii=False)
-    config = {"tokenizer_class": "LlamaTokenizerFast", "legacy": True}
+    config = {"tokenizer_class": "GemmaTokenizer" if gemma else "LlamaTokenizerFast",
+              "legacy": True}
     for key, pid in (("bos_token", proto.trainer_spec.bos_id),
                      ("eos_token", proto.trainer_spec.eos_id),
                      ("unk_token", proto.trainer_spec.unk_id)):
@@ -103,4 +135,5 @@ def convert(model_path, out_dir, merges_as_strings=False):
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
-    convert(sys.argv[1], sys.argv[2], "--merges-as-strings" in sys.argv[3:])
+    convert(sys.argv[1], sys.argv[2], "--merges-as-strings" in sys.argv[3:],
+            "--gemma" in sys.argv[3:])
