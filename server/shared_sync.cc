@@ -107,6 +107,7 @@ absl::Status TaskRegistry::InstallShared(const shared::Manifest& manifest) {
     version->shared_version = manifest.version;
   }
   bool dropped = false;
+  std::shared_ptr<const TaskVersion> retired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(key);
@@ -117,7 +118,10 @@ absl::Status TaskRegistry::InstallShared(const shared::Manifest& manifest) {
     }
     const auto& current = local ? it->second.current : nullptr;
     if (current && current->shared_version >= manifest.version) return absl::OkStatus();
-    if (current) current->retired.store(true);
+    if (current) {
+      current->retired.store(true);
+      retired = current;
+    }
     if (manifest.tombstone) {
       if (!local) return absl::OkStatus();
       entries_.erase(it);
@@ -130,6 +134,8 @@ absl::Status TaskRegistry::InstallShared(const shared::Manifest& manifest) {
     }
   }
   shared_->CountVersionSwitch();
+  // Outside the registry's lock: a local copy of the retired version may take seconds to land.
+  if (retired) Retire(*retired);
   // The local record of a task deleted elsewhere goes too (its KV with it when unshared).
   if (dropped) cache_.DeleteTask(SharedRecordId(manifest.tenant, manifest.id)).IgnoreError();
   return absl::OkStatus();
@@ -240,9 +246,15 @@ absl::Status TaskRegistry::DeleteShared(const std::string& tenant, const std::st
       absl::StrCat("task \"", task_id, "\" keeps changing on other replicas; retry"));
 }
 
-std::optional<PinnedContext> TaskRegistry::RestoreShared(const TaskVersion& version,
-                                                         const ValidateFn& validate) {
+void TaskRegistry::Retire(const TaskVersion& version) {
+  version.retired.store(true);
+  const std::lock_guard<std::mutex> wait_for_copy(version.local_copy_mutex);
+}
+
+std::optional<PinnedContext> TaskRegistry::RestoreShared(
+    const std::shared_ptr<const TaskVersion>& held, const ValidateFn& validate) {
   if (shared_ == nullptr) return std::nullopt;
+  const TaskVersion& version = *held;
   const std::string& key = version.record.kv_key;
   // Straight from memory: ContextCache::Acquire would wait for a local copy still being written.
   if (auto hit = cache_.memory().Lookup(key)) return hit;
@@ -251,7 +263,12 @@ std::optional<PinnedContext> TaskRegistry::RestoreShared(const TaskVersion& vers
   absl::Status status = restored.status();
   if (restored.ok() && validate) status = validate(*restored);
   if (status.ok()) {
-    auto admitted = shared_->AdmitRestored(cache_, version.record, *std::move(restored));
+    // The copy writes the version's record only while the version is current (see Retire).
+    auto gate = [held](const std::function<void()>& copy) {
+      const std::lock_guard<std::mutex> lock(held->local_copy_mutex);
+      if (!held->retired.load()) copy();
+    };
+    auto admitted = shared_->AdmitRestored(cache_, version.record, *std::move(restored), gate);
     if (admitted.ok()) return *std::move(admitted);
     spdlog::warn("shared tier: restored KV of task {} not admitted: {}", version.task_id,
                  admitted.status().ToString());

@@ -1,5 +1,6 @@
 #include "server/shared_tier.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,9 @@ namespace {
 
 // KV files are read and written in chunks of this size (each with its own checksum).
 constexpr uint64_t kSharedChunkBytes = uint64_t{4} << 20;
+
+// The niceness of the thread that writes a restored context's local disk copy.
+constexpr int kLocalCopyNice = 10;
 
 std::string ReplicaName() {
   char host[256] = {};
@@ -108,7 +112,8 @@ absl::StatusOr<EncodedContext> SharedTier::Restore(const std::string& key) const
 
 absl::StatusOr<PinnedContext> SharedTier::AdmitRestored(ContextCache& cache,
                                                         const TaskRecord& record,
-                                                        EncodedContext restored) {
+                                                        EncodedContext restored,
+                                                        LocalCopyGate gate) {
   // The values a local load would give: rounded to this replica's storage dtype, then held in
   // the memory tier's dtype (ConvertContext shares the tensors when the dtype already matches).
   auto storage = ConvertContext(restored, cache.storage_dtype(), backend_);
@@ -117,12 +122,23 @@ absl::StatusOr<PinnedContext> SharedTier::AdmitRestored(ContextCache& cache,
   if (!memory.ok()) return memory.status();
   PinnedContext pinned = cache.memory().Insert(
       record.kv_key, std::make_shared<const EncodedContext>(*std::move(memory)));
-  local_copies_.Start([&cache, record, stored = *std::move(storage)]() {
-    if (absl::Status s = cache.PutTask(record, stored); !s.ok()) {
-      spdlog::warn("shared tier: restored KV {} not copied to the local disk: {}", record.kv_key,
-                   s.ToString());
-    }
-  });
+  auto copy = [&cache, record, stored = *std::move(storage), gate = std::move(gate)]() {
+    gate([&] {
+      if (absl::Status s = cache.PutTask(record, stored); !s.ok()) {
+        spdlog::warn("shared tier: restored KV {} not copied to the local disk: {}", record.kv_key,
+                     s.ToString());
+      }
+    });
+  };
+  if (copy_runner_) {
+    copy_runner_(std::move(copy));
+  } else {
+    local_copies_.Start([copy = std::move(copy)]() {
+      // Background work: the requests this replica answers meanwhile come first for the CPU.
+      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kLocalCopyNice);
+      copy();
+    });
+  }
   return pinned;
 }
 

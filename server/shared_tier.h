@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,11 +54,19 @@ class SharedTier {
   // damaged file (never served; counted by the caller when it re-encodes).
   absl::StatusOr<EncodedContext> Restore(const std::string& key) const;
   // Puts a restored context (verified) into `cache`'s memory tier, pinned for the caller, and
-  // writes its local disk copy (with `record`) on a thread of its own: the first answer does not
-  // wait for a multi-gigabyte local write of what the shared tier already holds durably. Until
-  // that copy lands, a context evicted from memory is restored from the shared tier again.
+  // writes its local disk copy (with `record`) on a thread of its own, at a lower CPU priority
+  // than the requests: the first answer does not wait for a multi-gigabyte local write of what
+  // the shared tier already holds durably. Until that copy lands, a context evicted from memory is
+  // restored from the shared tier again. `gate` runs the copy, or skips it when the task's version
+  // was retired meanwhile (a task deleted while its copy waited must not come back as a local
+  // record).
+  using LocalCopyGate = std::function<void(const std::function<void()>& copy)>;
   absl::StatusOr<PinnedContext> AdmitRestored(ContextCache& cache, const TaskRecord& record,
-                                              EncodedContext restored);
+                                              EncodedContext restored, LocalCopyGate gate);
+  // Where the local disk copies run: by default each on a thread of its own; a test may queue
+  // them and run them when it chooses.
+  using JobRunner = std::function<void(std::function<void()> job)>;
+  void SetLocalCopyRunner(JobRunner runner) { copy_runner_ = std::move(runner); }
   // Writes the context of `key` unless its file exists; `replace` overwrites a damaged one.
   absl::Status Store(const std::string& key, const EncodedContext& ctx, bool replace) const;
   bool HasKv(const std::string& key) const { return kv_.Exists(key); }
@@ -87,6 +96,7 @@ class SharedTier {
   SharedMetrics& metrics_;
   // Local disk copies of restored contexts; joined (before the cache goes) when this goes.
   JobThreads local_copies_;
+  JobRunner copy_runner_;  // empty: local_copies_
 };
 
 }  // namespace manyshot::server

@@ -111,7 +111,7 @@ absl::StatusOr<TaskRegistry::CreateResult> TaskRegistry::Create(
   }
   // The same context may already be in the shared tier (an equal task): restored, not encoded.
   if (prepared->context) {
-    RestoreShared(*version, [context = prepared->context](const EncodedContext& ctx) {
+    RestoreShared(version, [context = prepared->context](const EncodedContext& ctx) {
       return context->Check(ctx);
     });
   }

@@ -238,8 +238,12 @@ absl::StatusOr<uint64_t> TaskRegistry::Delete(const std::string& tenant,
     it->second.deleting = true;
     entry = it->second;
   }
+  // The deletion is published already: a copy of a restored context must not bring it back.
+  if (shared_ != nullptr && entry.current) Retire(*entry.current);
   const uint64_t before = cache_.Stats().memory_bytes + cache_.Stats().disk_bytes;
   absl::Status s = cache_.DeleteTask(RecordId(tenant, task_id));
+  // A task this replica only took from the shared catalog has no local record.
+  if (shared_ != nullptr && absl::IsNotFound(s)) s = absl::OkStatus();
   const uint64_t after = cache_.Stats().memory_bytes + cache_.Stats().disk_bytes;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -313,7 +317,7 @@ absl::StatusOr<TaskRegistry::Handle> TaskRegistry::Acquire(
     encode = SharedEncode(*version, [context]() { return context->Encode(nullptr); });
   }
   const ValidateFn validate = [context](const EncodedContext& ctx) { return context->Check(ctx); };
-  std::optional<PinnedContext> restored = RestoreShared(*version, validate);
+  std::optional<PinnedContext> restored = RestoreShared(version, validate);
   auto pinned = restored ? absl::StatusOr<PinnedContext>(*std::move(restored))
                          : cache_.Acquire(version->record.kv_key, encode, validate);
   if (!pinned.ok()) {

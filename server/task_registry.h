@@ -205,8 +205,11 @@ class TaskRegistry {
   // The version's context from the memory tier, or restored from the shared tier into it (its
   // local disk copy is written afterwards, off the request's path); nullopt when the local tiers
   // or an encode must provide it.
-  std::optional<PinnedContext> RestoreShared(const TaskVersion& version,
+  std::optional<PinnedContext> RestoreShared(const std::shared_ptr<const TaskVersion>& version,
                                              const ValidateFn& validate);
+  // Marks `version` retired and waits for a local copy of its restored context still being
+  // written (TaskVersion::local_copy_mutex): after this, no copy writes its record.
+  static void Retire(const TaskVersion& version);
   EncodeFn SharedEncode(const TaskVersion& version, EncodeFn encode);
   SharedTier* shared_ = nullptr;
   std::set<std::string> shared_damaged_;  // KV keys found damaged; guarded by mutex_

@@ -32,6 +32,11 @@ struct TaskVersion {
   // Set once a later version replaced this one or the task was deleted: requests that resolved
   // this version still finish on it, but its KV is not re-encoded for them.
   mutable std::atomic<bool> retired{false};
+  // Held while a context restored from the shared tier for this version is copied to the local
+  // disk (SharedTier::AdmitRestored), which happens only while `retired` is false. Retiring the
+  // version (a delete, a switch to another replica's version) takes it before removing the local
+  // record, so the copy either lands first and is removed with it, or writes nothing.
+  mutable std::mutex local_copy_mutex;
   // The engine task; built from `stored` on first use after a restart (tokenizing, no encoding).
   // `context` encodes and checks its cached context; null when the task keeps none in the cache
   // (a T5 task's encoder runs per query).
