@@ -48,6 +48,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{"--max_message_bytes=0", "must be from 4096 to"},
                       BadFlag{"--max_message_bytes=4294967296", "must be from 4096 to"},
                       BadFlag{"--shutdown_grace_seconds=-1", "must be from 0 to"},
+                      BadFlag{"--shutdown_notice_seconds=-1", "must be from 0 to 3600"},
+                      BadFlag{"--shutdown_notice_seconds=3601", "must be from 0 to 3600"},
                       BadFlag{"--listen_address=localhost", "expected host:port"},
                       BadFlag{"--metrics_address=127.0.0.1:99999", "expected host:port"},
                       BadFlag{"--metrics_address=::1:9464", "expected host:port"},
