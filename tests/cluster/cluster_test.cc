@@ -1,7 +1,8 @@
 // Replicas sharing one directory (--shared_dir) behind a real HAProxy, on loopback: a task created
 // on one replica is answered identically by every replica and the proxy with one encode in the
 // whole cluster; a replica on an empty local directory encodes nothing; replace and delete are
-// seen by the next request on every replica; of two concurrent creates of one id exactly one wins;
+// seen by the next request on every replica, and a request answered during a replace uses one
+// version, never a mix; of two concurrent creates of one id exactly one wins;
 // a damaged shared KV file is never served (one re-encode, counted, file replaced); a killed
 // replica's tasks keep answering through the proxy; a replica reporting NOT_SERVING gets no more
 // calls through the proxy while the others answer them; scaling 3 -> 4 -> 2 loses no task; a hot
@@ -142,6 +143,51 @@ TEST_F(ClusterTest, ReplaceAndDeleteAreSeenByTheNextRequestEverywhere) {
   // Created again after the delete: a new version on top of the tombstone.
   Create(2, "sst2", 1);
   EXPECT_TRUE(SameScores(Scores(*b, "sst2"), before));
+}
+
+TEST_F(ClusterTest, AReplaceWhileAnotherReplicaAnswersNeverMixesVersions) {
+  Create(0, "sst2", 1);
+  const std::vector<double> before = Scores(*replicas()[1].Stub(), "sst2");
+  ASSERT_FALSE(before.empty());
+  // B answers request after request while A replaces the task.
+  struct Answer {
+    grpc::Status status;
+    std::vector<double> scores;
+    bool sent_after_ack = false;
+  };
+  std::vector<Answer> answers;
+  std::atomic<bool> acknowledged{false}, stop{false};
+  std::atomic<int> answered_after_ack{0};
+  std::thread client([&] {
+    auto b = replicas()[1].Stub();
+    while (!stop) {
+      Answer answer;
+      answer.sent_after_ack = acknowledged;
+      answer.status = Classify(*b, "sst2", &answer.scores);
+      if (answer.sent_after_ack) ++answered_after_ack;
+      answers.push_back(std::move(answer));
+    }
+  });
+  Create(0, "sst2", 3, /*replace=*/true);
+  acknowledged = true;
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (answered_after_ack < 3 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  client.join();
+  const std::vector<double> after = Scores(*replicas()[0].Stub(), "sst2");
+  ASSERT_FALSE(SameScores(before, after)) << "the two variants must score differently";
+  ASSERT_GE(answered_after_ack, 3);
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const Answer& answer = answers[i];
+    ASSERT_TRUE(answer.status.ok()) << "answer " << i << ": " << answer.status.error_message();
+    const bool old_version = SameScores(answer.scores, before, kBatchTolerance);
+    const bool new_version = SameScores(answer.scores, after, kBatchTolerance);
+    // One request, one version: never some inputs scored against each.
+    EXPECT_TRUE(old_version || new_version) << "answer " << i << " mixes versions";
+    EXPECT_TRUE(new_version || !answer.sent_after_ack) << "answer " << i << " after the ack";
+  }
 }
 
 TEST_F(ClusterTest, OfTwoConcurrentCreatesOfOneIdExactlyOneWins) {
