@@ -11,11 +11,16 @@
 //   AttendContext: one problem, the rows of every sequence whose own index >= context_from (a
 //                  RowMap of contiguous row segments), keys = the shared context.
 //   AttendOwn:     one problem per sequence (rows q_begin.., keys = its own K/V, causal).
+//   Biased (LaunchBiasedFlashAttention, biased_attention_kernels.h): one problem per biased
+//                  problem, as AttendOwn's (causal from causal_base, or a limit at num_keys that
+//                  lets every key through), with a ProblemBias each.
 //
 // Kernels:
 //   FlashKernel  16-bit K/V (f16, bf16), head_dim 64/80/128, 16-byte aligned K/V: tensor cores
 //                (mma.sync m16n8k16, f32 accumulation), K/V tiles staged by cp.async in a
 //                multi-stage pipeline, online softmax in registers (FlashAttention-2 layout).
+//                Its score transform is a variant (attention_variants.cuh): PlainVariant for
+//                AttendOwn / AttendContext, T5BiasVariant and AlibiVariant for biased attention.
 //   GenericKernel every other case (f32 K/V, any head_dim in [1, 256], misaligned views):
 //                one key per lane, tiles of 32 keys staged in shared memory as f32.
 //   FinalizeKernel merges split partials, or writes o = 0 / lse = -inf for rows that see no key
@@ -37,12 +42,15 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "engine/cuda/attention_device.cuh"
+#include "engine/cuda/attention_variants.cuh"
+#include "engine/cuda/biased_attention_kernels.h"
 #include "engine/cuda/ptx_instructions.cuh"
 
 namespace manyshot::cuda {
@@ -95,6 +103,15 @@ struct KernelParams {
   Problem problems[kMaxAttnSequences];
   RowMap rows;  // context: compact row -> q row (own problems use q_begin + c)
 };
+
+// The biased variants' parameters: the bias of every problem beside it (attention_variants.cuh).
+struct BiasedFlashParams : KernelParams {
+  ProblemBias bias[kMaxAttnSequences];
+};
+
+// The parameter struct of the flash kernel of variant V.
+template <typename V>
+using ParamsOf = std::conditional_t<V::kAddsBias, BiasedFlashParams, KernelParams>;
 
 struct FinalizeParams {
   void* o;
@@ -238,20 +255,24 @@ __device__ __forceinline__ void SetupRows(const KernelParams& p, const Problem& 
 // O += P V (V fragments by ldmatrix.trans). Shared-memory rows are padded by 16 bytes
 // (stride D + 8 elements), which makes every ldmatrix phase conflict-free.
 
-template <int D, int kWarps, int kMi, int kBn, int kStages>
+// A biased variant's row states (V::Row, 8 bytes) live in shared memory after s_lim, read where
+// the logits are formed: kept in registers across the key loop, they made the 128-row D = 128
+// tiles spill on sm_90.
+template <int D, int kWarps, int kMi, int kBn, int kStages, typename V>
 struct FlashShape {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBm = 16 * kMi * kWarps;
   static constexpr int kLd = D + 8;
+  static constexpr size_t kRowBytes = V::kAddsBias ? sizeof(typename V::Row) : 0;
   static constexpr size_t kSmem =
       (static_cast<size_t>(kBm) * kLd + static_cast<size_t>(kStages) * 2 * kBn * kLd) *
           sizeof(uint16_t) +
-      static_cast<size_t>(kBm) * (sizeof(int64_t) + sizeof(int));
+      static_cast<size_t>(kBm) * (sizeof(int64_t) + sizeof(int) + kRowBytes);
 };
 
-template <typename T, int D, int kWarps, int kMi, int kBn, int kStages, bool kOwn>
-__global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant__ KernelParams p) {
-  using Shape = FlashShape<D, kWarps, kMi, kBn, kStages>;
+template <typename T, int D, int kWarps, int kMi, int kBn, int kStages, bool kOwn, typename V>
+__global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant__ ParamsOf<V> p) {
+  using Shape = FlashShape<D, kWarps, kMi, kBn, kStages, V>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBm = Shape::kBm;
   constexpr int kLd = Shape::kLd;
@@ -271,6 +292,8 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
   uint16_t* s_v = s_k + kStages * kBn * kLd;                               // [kStages][kBn][kLd]
   int64_t* s_off = reinterpret_cast<int64_t*>(s_v + kStages * kBn * kLd);  // [kBm]
   int* s_lim = reinterpret_cast<int*>(s_off + kBm);                        // [kBm]
+  // [kBm] biased variants only (kBm is a multiple of 16: 8-byte aligned after s_lim)
+  [[maybe_unused]] auto* s_vrow = reinterpret_cast<typename V::Row*>(s_lim + kBm);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -325,6 +348,18 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
   };
 
   SetupRows<kOwn, kBm, kThreads>(p, pr, m0, g, s_off, s_lim);
+  if constexpr (V::kAddsBias) {
+    // The variant's state of each row of the problem (rows past it have lim = 0: never read).
+    for (int t = tid; t < kBm; t += kThreads) {
+      const int m = m0 + t;
+      typename V::Row row{};
+      if (m < pr.m_count) {
+        const int c = m / p.group;
+        row = V::MakeRow(p, prob, c, g * p.group + (m - c * p.group));
+      }
+      s_vrow[t] = row;
+    }
+  }
   // Pipeline prologue: tiles 0 .. kStages-2 in flight (one commit group per tile, empty groups
   // included, so wait_group counts stay uniform).
 #pragma unroll
@@ -469,7 +504,30 @@ __global__ void __launch_bounds__(kWarps * 32) FlashKernel(const __grid_constant
           }
         }
       }
-      if (need_mask) {
+      if constexpr (V::kAddsBias) {
+        // Every element: the variant's bias differs per (row, key).
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) {
+          typename V::Row vrow[2];
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf)
+            vrow[hf] = s_vrow[warp_row + mi * 16 + hf * 8 + (lane >> 2)];
+#pragma unroll
+          for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int j = n0s + nt * 8 + (lane & 3) * 2 + (e & 1);
+              float x = NegInf();
+              if (j < lim[mi][e >> 1]) {
+                x = cap.on() ? cap(s[mi][nt][e]) : s[mi][nt][e] * scale_log2;
+                if constexpr (kOwn) x += j >= w_from ? w_log2 : 0.0f;
+                x += V::Bias(p, prob, vrow[e >> 1], j);
+              }
+              s[mi][nt][e] = x;
+            }
+          }
+        }
+      } else if (need_mask) {
 #pragma unroll
         for (int mi = 0; mi < kMi; ++mi) {
 #pragma unroll
@@ -796,10 +854,10 @@ __global__ void __launch_bounds__(kFinThreads)
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-using KernelFn = void (*)(KernelParams);
-
+// A kernel and its launch shape; P: its parameter struct (KernelParams or BiasedFlashParams).
+template <typename P = KernelParams>
 struct KernelChoice {
-  KernelFn fn = nullptr;
+  void (*fn)(P) = nullptr;
   int threads = 0;
   size_t smem = 0;      // dynamic shared memory of this launch
   size_t max_smem = 0;  // the most any launch of fn needs (GenericKernel's grows with head_dim)
@@ -807,11 +865,11 @@ struct KernelChoice {
   int bn = 0;           // keys per tile (split chunks are multiples of it)
 };
 
-template <typename T, int D, int kWarps, int kMi, int kBn, int kStages, bool kOwn>
-KernelChoice FlashChoice() {
-  using Shape = FlashShape<D, kWarps, kMi, kBn, kStages>;
-  KernelChoice c;
-  c.fn = FlashKernel<T, D, kWarps, kMi, kBn, kStages, kOwn>;
+template <typename T, int D, int kWarps, int kMi, int kBn, int kStages, bool kOwn, typename V>
+KernelChoice<ParamsOf<V>> FlashChoice() {
+  using Shape = FlashShape<D, kWarps, kMi, kBn, kStages, V>;
+  KernelChoice<ParamsOf<V>> c;
+  c.fn = FlashKernel<T, D, kWarps, kMi, kBn, kStages, kOwn, V>;
   c.threads = Shape::kThreads;
   c.smem = Shape::kSmem;
   c.max_smem = Shape::kSmem;
@@ -829,21 +887,23 @@ KernelChoice FlashChoice() {
 //      fragment loaded from shared memory feeds two mma rows: compute bound).
 enum FlashCfg { kCfgSmall = 0, kCfgMid = 1, kCfgBig = 2 };
 
-template <typename T, int D, bool kOwn>
-KernelChoice FlashChoiceFor(int cfg) {
+template <typename T, int D, bool kOwn, typename V = PlainVariant>
+KernelChoice<ParamsOf<V>> FlashChoiceFor(int cfg) {
   switch (cfg) {
     case kCfgSmall:
-      return FlashChoice<T, D, 1, 1, 64, 3, kOwn>();
+      return FlashChoice<T, D, 1, 1, 64, 3, kOwn, V>();
     case kCfgMid:
-      return FlashChoice<T, D, 4, 1, 64, 2, kOwn>();
+      return FlashChoice<T, D, 4, 1, 64, 2, kOwn, V>();
     default:
-      return FlashChoice<T, D, 4, 2, 64, 2, kOwn>();
+      return FlashChoice<T, D, 4, 2, 64, 2, kOwn, V>();
   }
 }
 
+int FlashCfgFor(int64_t max_m) { return max_m <= 16 ? kCfgSmall : max_m <= 64 ? kCfgMid : kCfgBig; }
+
 template <bool kOwn>
-KernelChoice SelectKernel(ElemType kv_type, int head_dim, bool fast_ok, int64_t max_m) {
-  const int cfg = max_m <= 16 ? kCfgSmall : max_m <= 64 ? kCfgMid : kCfgBig;
+KernelChoice<> SelectKernel(ElemType kv_type, int head_dim, bool fast_ok, int64_t max_m) {
+  const int cfg = FlashCfgFor(max_m);
   if (fast_ok && kv_type != ElemType::kF32) {
     const bool f16 = kv_type == ElemType::kF16;
     switch (head_dim) {
@@ -860,7 +920,7 @@ KernelChoice SelectKernel(ElemType kv_type, int head_dim, bool fast_ok, int64_t 
         break;
     }
   }
-  KernelChoice c;
+  KernelChoice<> c;
   switch (kv_type) {
     case ElemType::kF16:
       c.fn = GenericKernel<__half, kOwn>;
@@ -917,7 +977,8 @@ struct Capacity {
   int64_t per_sm = 0;
 };
 
-Capacity KernelCapacity(const KernelChoice& k) {
+template <typename P>
+Capacity KernelCapacity(const KernelChoice<P>& k) {
   using Key = std::tuple<const void*, int, size_t>;
   static std::mutex mu;
   static std::map<Key, Capacity>* cache = new std::map<Key, Capacity>();
@@ -1000,7 +1061,7 @@ void FillCommon(const AttnParams& p, KernelParams& kp) {
   }
 }
 
-cudaError_t LaunchFinalize(const AttnParams& p, const RowMap& rows, const float* part_o,
+cudaError_t LaunchFinalize(const KernelParams& p, const RowMap& rows, const float* part_o,
                            const float* part_lse, int splits, bool merge, cudaStream_t stream) {
   const int64_t total = RowMapTotal(rows);
   if (total == 0) return cudaSuccess;
@@ -1010,7 +1071,7 @@ cudaError_t LaunchFinalize(const AttnParams& p, const RowMap& rows, const float*
   fp.lse = p.lse;
   fp.part_o = part_o;
   fp.part_lse = part_lse;
-  fp.part_stride = static_cast<int64_t>(p.tokens) * p.heads;
+  fp.part_stride = p.part_stride;
   fp.heads = p.heads;
   fp.head_dim = p.head_dim;
   fp.splits = splits;
@@ -1027,35 +1088,36 @@ cudaError_t LaunchFinalize(const AttnParams& p, const RowMap& rows, const float*
 
 // Runs the chosen kernel over kp's problems (kp.num_problems, tile_start filled for k.bm),
 // split-K when the grid is too small for the device, then merges the splits over `rows`.
-cudaError_t RunAttention(const AttnParams& p, KernelParams& kp, const KernelChoice& k,
-                         int64_t tiles, int64_t max_keys, const RowMap& rows, cudaStream_t stream) {
+template <typename P>
+cudaError_t RunAttention(P& kp, const KernelChoice<P>& k, int64_t tiles, int64_t max_keys,
+                         const RowMap& rows, cudaStream_t stream) {
   if (tiles <= 0) return cudaSuccess;
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
   const Capacity cap = KernelCapacity(k);
   if (cap.error != cudaSuccess) return cap.error;
-  const int64_t blocks = tiles * p.kv_heads;
+  const int64_t blocks = tiles * kp.kv_heads;
   int splits = ChooseSplits(blocks, cap.sms * cap.per_sm, max_keys, k.bn);
   float* scratch = nullptr;
   if (splits > 1) {
     const int64_t states = static_cast<int64_t>(splits) * kp.part_stride;
-    const size_t bytes = static_cast<size_t>(states) * (p.head_dim + 1) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(states) * (kp.head_dim + 1) * sizeof(float);
     if (cudaMallocAsync(reinterpret_cast<void**>(&scratch), bytes, stream) != cudaSuccess) {
       (void)cudaGetLastError();  // out of scratch: clear the error and run unsplit
       scratch = nullptr;
       splits = 1;
     } else {
       kp.part_o = scratch;
-      kp.part_lse = scratch + states * p.head_dim;
+      kp.part_lse = scratch + states * kp.head_dim;
     }
   }
   kp.splits = splits;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.kv_heads),
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(kp.kv_heads),
                   static_cast<unsigned>(splits));
   void* args[] = {&kp};
   cudaError_t err =
       LaunchResult(cudaLaunchKernel(k.fn, grid, dim3(k.threads), args, k.smem, stream));
   if (err == cudaSuccess && splits > 1) {
-    err = LaunchFinalize(p, rows, kp.part_o, kp.part_lse, splits, /*merge=*/true, stream);
+    err = LaunchFinalize(kp, rows, kp.part_o, kp.part_lse, splits, /*merge=*/true, stream);
   }
   if (scratch != nullptr) {
     const cudaError_t free_err = cudaFreeAsync(scratch, stream);
@@ -1065,7 +1127,141 @@ cudaError_t RunAttention(const AttnParams& p, KernelParams& kp, const KernelChoi
   return err;
 }
 
+// The flash kernel of variant V for 16-bit K/V of a fast head_dim (the caller checked both).
+template <typename V>
+KernelChoice<BiasedFlashParams> BiasedFlashChoice(ElemType kv_type, int head_dim, int cfg) {
+  const bool f16 = kv_type == ElemType::kF16;
+  switch (head_dim) {
+    case 64:
+      return f16 ? FlashChoiceFor<__half, 64, true, V>(cfg)
+                 : FlashChoiceFor<__nv_bfloat16, 64, true, V>(cfg);
+    case 80:
+      return f16 ? FlashChoiceFor<__half, 80, true, V>(cfg)
+                 : FlashChoiceFor<__nv_bfloat16, 80, true, V>(cfg);
+    default:
+      return f16 ? FlashChoiceFor<__half, 128, true, V>(cfg)
+                 : FlashChoiceFor<__nv_bfloat16, 128, true, V>(cfg);
+  }
+}
+
+// A biased problem as the flash kernel's own-keys problem: rows q_begin.., causal from
+// causal_base (or every key: a limit at num_keys), the log-weight, and its bias.
+void ToFlashProblem(const BiasedProblem& in, int group, Problem& pr, ProblemBias& b) {
+  pr.k = in.k;
+  pr.v = in.v;
+  pr.num_keys = in.num_keys;
+  pr.m_count = in.rows * group;
+  pr.q_begin = in.q_begin;
+  pr.key_base = in.causal_base >= 0 ? in.causal_base : in.num_keys;
+  pr.weighted_from = in.weighted_from;
+  pr.log2_weight = in.log_weight * kLog2e;
+  std::memset(&b, 0, sizeof(b));
+  switch (in.bias_kind) {
+    case BiasKind::kDense:
+      b.table = in.bias;
+      b.head_stride = static_cast<int64_t>(in.rows) * in.num_keys;
+      b.row_stride = in.num_keys;
+      break;
+    case BiasKind::kRelative:
+      b.table = in.bias;
+      b.head_stride = static_cast<int64_t>(in.rows) + in.num_keys - 1;
+      b.row_stride = -1;
+      b.base = in.rows - 1;
+      break;
+    case BiasKind::kAlibi:
+      b.slopes = in.slopes;
+      b.key_pos = in.key_pos;
+      b.query_pos = in.query_pos;
+      break;
+    default:
+      break;
+  }
+}
+
+// Whether any problem of p has ALiBi, and whether any has a bias table.
+struct BiasMix {
+  bool alibi = false;
+  bool table = false;
+};
+
+BiasMix MixOf(const BiasedAttnParams& p) {
+  BiasMix mix;
+  for (int i = 0; i < p.num_problems; ++i) {
+    const BiasKind kind = p.problems[i].rows > 0 ? p.problems[i].bias_kind : BiasKind::kNone;
+    mix.alibi = mix.alibi || kind == BiasKind::kAlibi;
+    mix.table = mix.table || kind == BiasKind::kDense || kind == BiasKind::kRelative;
+  }
+  return mix;
+}
+
 }  // namespace
+
+bool BiasedFlashApplies(ElemType kv_type, int head_dim) {
+  return kv_type != ElemType::kF32 && FastHeadDim(head_dim);
+}
+
+bool BiasedFlashTakes(const BiasedAttnParams& p) {
+  if (!BiasedFlashApplies(p.kv_type, p.head_dim)) return false;
+  if (p.num_problems < 0 || p.num_problems > kMaxBiasedProblems) return false;
+  for (int i = 0; i < p.num_problems; ++i) {
+    const BiasedProblem& pr = p.problems[i];
+    if (pr.rows == 0) continue;
+    if (pr.num_keys > 0 && !(Aligned16(pr.k) && Aligned16(pr.v))) return false;
+    if (static_cast<int64_t>(pr.num_keys) + pr.rows > INT32_MAX / 2) return false;
+  }
+  const BiasMix mix = MixOf(p);
+  return !(mix.alibi && mix.table);
+}
+
+cudaError_t LaunchBiasedFlashAttention(const BiasedAttnParams& p, cudaStream_t stream) {
+  static_assert(kMaxBiasedProblems <= kMaxAttnSequences, "a launch's problems fit the kernel");
+  if (!BiasedFlashTakes(p)) return cudaErrorInvalidValue;
+  const bool alibi = MixOf(p).alibi;
+  // ~14 KiB of descriptors: on the heap rather than the caller's stack.
+  auto kp = std::make_unique<BiasedFlashParams>();
+  std::memset(kp.get(), 0, sizeof(BiasedFlashParams));
+  AttnParams common;  // the fields FillCommon reads
+  common.q = p.q;
+  common.q_type = p.q_type;
+  common.tokens = p.tokens;
+  common.heads = p.heads;
+  common.kv_heads = p.kv_heads;
+  common.head_dim = p.head_dim;
+  common.scale = p.scale;
+  common.softcap = p.softcap;
+  common.o = p.o;
+  common.o_type = p.o_type;
+  common.lse = p.lse;
+  FillCommon(common, *kp);
+  const int group = kp->group;
+  RowMap rows;
+  InitRowMap(rows);
+  int64_t max_m = 0, max_keys = 0;
+  int n = 0;
+  for (int i = 0; i < p.num_problems; ++i) {
+    const BiasedProblem& in = p.problems[i];
+    if (in.rows == 0) continue;
+    ToFlashProblem(in, group, kp->problems[n], kp->bias[n]);
+    max_m = std::max<int64_t>(max_m, kp->problems[n].m_count);
+    max_keys = std::max<int64_t>(max_keys, in.num_keys);
+    AddSegment(rows, in.q_begin, in.rows);
+    ++n;
+  }
+  if (n == 0) return cudaSuccess;
+  kp->num_problems = n;
+  const int cfg = FlashCfgFor(max_m);
+  const KernelChoice<BiasedFlashParams> k =
+      alibi ? BiasedFlashChoice<AlibiVariant>(p.kv_type, p.head_dim, cfg)
+            : BiasedFlashChoice<T5BiasVariant>(p.kv_type, p.head_dim, cfg);
+  int64_t tiles = 0;
+  for (int i = 0; i < n; ++i) {
+    kp->tile_start[i] = static_cast<int32_t>(tiles);
+    tiles += CeilDiv(kp->problems[i].m_count, k.bm);
+    if (tiles > INT32_MAX) return cudaErrorInvalidValue;
+  }
+  kp->tile_start[n] = static_cast<int32_t>(tiles);
+  return RunAttention(*kp, k, tiles, max_keys, rows, stream);
+}
 
 cudaError_t LaunchAttendOwn(const AttnParams& p, cudaStream_t stream) {
   if (!ValidCommon(p)) return cudaErrorInvalidValue;
@@ -1098,7 +1294,7 @@ cudaError_t LaunchAttendOwn(const AttnParams& p, cudaStream_t stream) {
   }
   if (n == 0) return cudaSuccess;
   params.num_problems = n;
-  const KernelChoice k =
+  const KernelChoice<> k =
       SelectKernel<true>(p.kv_type, p.head_dim, aligned && FastHeadDim(p.head_dim), max_m);
   int64_t tiles = 0;
   for (int i = 0; i < n; ++i) {
@@ -1107,7 +1303,7 @@ cudaError_t LaunchAttendOwn(const AttnParams& p, cudaStream_t stream) {
     if (tiles > INT32_MAX) return cudaErrorInvalidValue;
   }
   params.tile_start[n] = static_cast<int32_t>(tiles);
-  return RunAttention(p, params, k, tiles, max_keys, rows, stream);
+  return RunAttention(params, k, tiles, max_keys, rows, stream);
 }
 
 cudaError_t LaunchAttendContext(const AttnParams& p, const void* context_k, const void* context_v,
@@ -1147,14 +1343,14 @@ cudaError_t LaunchAttendContext(const AttnParams& p, const void* context_k, cons
     pr.m_count = static_cast<int32_t>(m_count);
     params.num_problems = 1;
     const bool fast = FastHeadDim(p.head_dim) && Aligned16(context_k) && Aligned16(context_v);
-    const KernelChoice k = SelectKernel<false>(p.kv_type, p.head_dim, fast, m_count);
+    const KernelChoice<> k = SelectKernel<false>(p.kv_type, p.head_dim, fast, m_count);
     const int64_t tiles = CeilDiv(m_count, k.bm);
     params.tile_start[0] = 0;
     params.tile_start[1] = static_cast<int32_t>(std::min<int64_t>(tiles, INT32_MAX));
-    err = RunAttention(p, params, k, tiles, context_len, params.rows, stream);
+    err = RunAttention(params, k, tiles, context_len, params.rows, stream);
   }
   if (err == cudaSuccess) {
-    err = LaunchFinalize(p, blind, nullptr, nullptr, 1, /*merge=*/false, stream);
+    err = LaunchFinalize(params, blind, nullptr, nullptr, 1, /*merge=*/false, stream);
   }
   return err;
 }

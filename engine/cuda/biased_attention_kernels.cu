@@ -1,4 +1,6 @@
-// The biased-attention kernel (contract in biased_attention_kernels.h). Work decomposition as in
+// The scalar biased-attention kernel (contract in biased_attention_kernels.h), for what the
+// tensor-core flash kernel does not take (f32 K/V, head_dims other than 64/80/128, misaligned
+// K/V), and the launch that picks between the two. Work decomposition as in
 // attention_kernels.cu's GenericKernel: the rows of a problem are flattened with the q heads of
 // one GQA group into M rows (m = c * group + hg), so a block reads each K/V tile once for all the
 // heads sharing it. Grid: x = M tiles of every problem (prefix sums in tile_start), y = kv head.
@@ -142,6 +144,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   const float scale = p.scale;
+  const float softcap = p.softcap;
   const float log_weight = pr.log_weight;
   const int w_from = pr.weighted_from;
   const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * dim;
@@ -163,6 +166,7 @@ __global__ void __launch_bounds__(kThreads)
       if (j < lim[rr]) {
         // The CPU's order: scale * q.k, then the log-weight, then the bias; then log2 units.
         float s = sc[rr] * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         if (j >= w_from) s += log_weight;
         if (brow[rr] != nullptr) {
           s += brow[rr][j];
@@ -199,7 +203,7 @@ bool Valid(const BiasedAttnParams& p) {
   if (p.heads <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.kv_heads > 65535) {
     return false;
   }
-  if (p.head_dim < 1 || p.head_dim > 256 || p.tokens < 0) return false;
+  if (p.head_dim < 1 || p.head_dim > 256 || p.tokens < 0 || !(p.softcap >= 0.0f)) return false;
   if (p.num_problems < 0 || p.num_problems > kMaxBiasedProblems) return false;
   const int64_t group = p.heads / p.kv_heads;
   for (int i = 0; i < p.num_problems; ++i) {
@@ -229,6 +233,12 @@ bool Valid(const BiasedAttnParams& p) {
 }  // namespace
 
 cudaError_t LaunchBiasedAttention(const BiasedAttnParams& p, cudaStream_t stream) {
+  if (!Valid(p)) return cudaErrorInvalidValue;
+  if (BiasedFlashTakes(p)) return LaunchBiasedFlashAttention(p, stream);
+  return LaunchBiasedAttentionScalar(p, stream);
+}
+
+cudaError_t LaunchBiasedAttentionScalar(const BiasedAttnParams& p, cudaStream_t stream) {
   if (!Valid(p)) return cudaErrorInvalidValue;
   // ~12 KiB of descriptors: on the heap rather than the caller's stack (value-initialised).
   auto kp = std::make_unique<BiasedKernelParams>();

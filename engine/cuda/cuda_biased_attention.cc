@@ -1,8 +1,9 @@
-// The CUDA backend's attention with an additive bias, on the kernel of
-// biased_attention_kernels.cu: AttendBiased (T5's relative positions and masks, SAICL's block
-// masks: a dense bias, its diagonals, or none) and ALiBi attention (BLOOM), which Attend
-// (cuda_backend.cc) routes here when the sequences carry slopes. CPU references:
-// engine/cpu/cpu_biased_attention.cc and engine/cpu/cpu_attention.cc.
+// The CUDA backend's attention with an additive bias, on the kernels of
+// biased_attention_kernels.h (the tensor-core flash kernel with the bias as its variant for
+// 16-bit K/V of head_dim 64, 80 or 128; the scalar BiasedKernel otherwise): AttendBiased (T5's
+// relative positions and masks, SAICL's block masks: a dense bias, its diagonals, or none) and
+// ALiBi attention (BLOOM), which Attend (cuda_backend.cc) routes here when the sequences carry
+// slopes. CPU references: engine/cpu/cpu_biased_attention.cc and engine/cpu/cpu_attention.cc.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
