@@ -20,6 +20,7 @@ TEST(KvDtypeDefaultTest, CudaStoresSixteenBitKvTheCpuKeepsF32) {
 TEST(KvDtypeDefaultTest, TheLogNamesTheKernelTheConfigurationRuns) {
   const std::string flash = AttentionKernelDescription(Device::kCUDA, DType::kBF16, 64);
   EXPECT_NE(flash.find("cuda flash kernel (bf16 K/V on tensor cores"), std::string::npos) << flash;
+  EXPECT_NE(flash.find("ALiBi/T5 bias as its variants"), std::string::npos) << flash;
   const std::string f32 = AttentionKernelDescription(Device::kCUDA, DType::kF32, 64);
   EXPECT_NE(f32.find("cuda generic kernel (f32 K/V"), std::string::npos) << f32;
   EXPECT_NE(f32.find("--kv_dtype=bf16"), std::string::npos) << f32;
