@@ -7,7 +7,7 @@
 //         block qᵀ[d, rows] of two vectors of rows (32 with AVX-512, 16 with AVX2), 8 keys (6
 //         with 16 registers) in 16 (12) accumulators;
 //   P·V:  out[row, :] accumulates p[key, row] (broadcast) times v[key, :], several rows and up to
-//         8 (4) vectors of columns at once;
+//         8 (2) vectors of columns at once;
 // with an online softmax between them, vectorised across the rows; soft-capped logits (Gemma 2)
 // are an instantiation of the same kernels (simd-inl.h's logit policies). Compiled for each
 // instruction set and dispatched at run time (cpu_target.h). A key tile (any storage dtype; 16-bit
