@@ -63,82 +63,8 @@ void CapThenWeight(const Logits& logits, int64_t heads, int64_t n, int64_t t0,
   }
 }
 
-// Lane j of the result: the sum of the lanes of v[j]. A transposing tree of pairwise sums
-// (log2 kLanes levels of ConcatEven + ConcatOdd + Add over halving counts of vectors) in place of
-// a horizontal reduction per vector: a key's logit was one ReduceSum of a vector of products, a
-// shuffle chain as long as the key's FMAs.
-inline VF SumOfLanesEach(VF (&v)[kLanes]) {
-#if HWY_TARGET != HWY_SCALAR
-  const DF d;
-  for (int64_t count = kLanes; count > 1; count /= 2) {
-    for (int64_t i = 0; i < count / 2; ++i) {
-      v[i] = hn::Add(hn::ConcatEven(d, v[2 * i + 1], v[2 * i]),
-                     hn::ConcatOdd(d, v[2 * i + 1], v[2 * i]));
-    }
-  }
-#endif
-  return v[0];
-}
-
-// The logits of kLanes keys (K rows `ld` elements apart from element `base`) against one head's
-// pre-scaled query q [D], lane j for key j: one accumulator per key, so the FMAs form kLanes
-// independent chains.
-template <DType kDt>
-inline VF KeyGroupLogits(const void* k, int64_t base, int64_t ld, const float* q, int64_t D) {
-  const DF d;
-  VF acc[kLanes];
-  for (auto& a : acc) a = hn::Zero(d);
-  for (int64_t c = 0; c < D; c += kLanes) {
-    const VF qc = LoadF32(q + c);
-    for (int64_t j = 0; j < kLanes; ++j)
-      acc[j] = hn::MulAdd(LoadAt<kDt>(k, base + j * ld + c), qc, acc[j]);
-  }
-  return SumOfLanesEach(acc);
-}
-
-// One key's logit (the tile's last keys, fewer than kLanes).
-template <DType kDt>
-inline float KeyLogit(const void* k, int64_t base, const float* q, int64_t D) {
-  const DF d;
-  VF acc = hn::Zero(d);
-  for (int64_t c = 0; c < D; c += kLanes)
-    acc = hn::MulAdd(LoadAt<kDt>(k, base + c), LoadF32(q + c), acc);
-  return ReduceSum(acc);
-}
-
-// Adds the log-weight to the logits of keys t0 + jj >= weighted_from (s [head, key of the tile]).
-inline void AddLogWeight(int64_t heads, int64_t n, int64_t t0, int64_t weighted_from,
-                         float log_weight, float* s) {
-  if (log_weight == 0.0f) return;
-  for (int64_t h = 0; h < heads; ++h) {
-    float* row = s + h * kTile;
-    for (int64_t jj = std::max<int64_t>(0, weighted_from - t0); jj < n; ++jj) row[jj] += log_weight;
-  }
-}
-
-// Keys per step of the P·V pass: each head's output vectors are loaded and stored once per step
-// instead of once per key.
-constexpr int64_t kValueKeys = 8;
-
-// o[0, D) += sum over KEYS keys j of p[j] * v[base + j * ld, D), added in key order (the order
-// one key at a time added them).
-template <DType kDt, int64_t KEYS>
-inline void AccumulateValues(const float* p, const void* v, int64_t base, int64_t ld, int64_t D,
-                             float* o) {
-  const DF d;
-  VF pj[KEYS];
-  for (int64_t j = 0; j < KEYS; ++j) pj[j] = hn::Set(d, p[j]);
-  for (int64_t c = 0; c < D; c += kLanes) {
-    VF acc = LoadF32(o + c);
-    for (int64_t j = 0; j < KEYS; ++j)
-      acc = hn::MulAdd(pj[j], LoadAt<kDt>(v, base + j * ld + c), acc);
-    hn::StoreU(acc, d, o + c);
-  }
-}
-
-// Keys [j0, j1) into `part`. q is pre-scaled. Both passes over a tile read a group of key rows at
-// a time (kLanes for Q·K, kValueKeys for P·V), every kv head of them in memory order, so K and V
-// are read as a few sequential streams.
+// Keys [j0, j1) into `part`. q is pre-scaled. Both passes over a tile read whole key rows (every
+// kv head) in key order, so K and V stream front to back.
 template <DType kDt, class Logits>
 void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, int64_t j0,
                  int64_t j1, int64_t weighted_from, float log_weight, const Logits& logits,
@@ -152,26 +78,26 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
   float* s = part.scores.data();  // [head, key of the tile]
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t n = std::min(kTile, j1 - t0);
-    for (int64_t jj = 0; jj < n; jj += kLanes) {
-      const int64_t keys = std::min(kLanes, n - jj);
+    for (int64_t jj = 0; jj < n; ++jj) {
       const int64_t row = (t0 + jj) * sh.row_elems;
+      const float extra = t0 + jj >= weighted_from ? log_weight : 0.0f;
       for (int64_t h = 0; h < H; ++h) {
         const int64_t base = row + (h / sh.group) * D;
-        float* logits_out = s + h * kTile + jj;
-        if (keys == kLanes) {
-          hn::StoreU(KeyGroupLogits<kDt>(k, base, sh.row_elems, q + h * D, D), d, logits_out);
-        } else {
-          for (int64_t j = 0; j < keys; ++j) {
-            logits_out[j] = KeyLogit<kDt>(k, base + j * sh.row_elems, q + h * D, D);
-          }
+        // Two accumulators: with narrower vectors one would be a chain of D / kLanes dependent
+        // FMAs per key and head.
+        VF acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+        int64_t c = 0;
+        for (; c + 2 * kLanes <= D; c += 2 * kLanes) {
+          acc0 = hn::MulAdd(LoadAt<kDt>(k, base + c), LoadF32(q + h * D + c), acc0);
+          acc1 =
+              hn::MulAdd(LoadAt<kDt>(k, base + c + kLanes), LoadF32(q + h * D + c + kLanes), acc1);
         }
+        if (c < D) acc0 = hn::MulAdd(LoadAt<kDt>(k, base + c), LoadF32(q + h * D + c), acc0);
+        const float logit = ReduceSum(hn::Add(acc0, acc1));
+        s[h * kTile + jj] = Logits::kCapped ? logit : logit + extra;  // capped: in CapTile
       }
     }
-    if constexpr (Logits::kCapped) {
-      CapThenWeight(logits, H, n, t0, weighted_from, log_weight, s);
-    } else {
-      AddLogWeight(H, n, t0, weighted_from, log_weight, s);
-    }
+    if constexpr (Logits::kCapped) CapThenWeight(logits, H, n, t0, weighted_from, log_weight, s);
     for (int64_t h = 0; h < H; ++h) {
       float* sh_row = s + h * kTile;
       float tile_max = kNegInf;
@@ -189,19 +115,14 @@ void AttendRange(const float* q, const Shape& sh, const void* k, const void* v, 
         for (int64_t i = 0; i < D; ++i) part.o[h * D + i] *= correction;
       }
     }
-    for (int64_t jj = 0; jj < n; jj += kValueKeys) {
-      const int64_t keys = std::min(kValueKeys, n - jj);
+    for (int64_t jj = 0; jj < n; ++jj) {
       const int64_t row = (t0 + jj) * sh.row_elems;
       for (int64_t h = 0; h < H; ++h) {
+        const VF p = hn::Set(d, s[h * kTile + jj]);
         const int64_t base = row + (h / sh.group) * D;
         float* o = part.o.data() + h * D;
-        if (keys == kValueKeys) {
-          AccumulateValues<kDt, kValueKeys>(s + h * kTile + jj, v, base, sh.row_elems, D, o);
-        } else {
-          for (int64_t j = 0; j < keys; ++j) {
-            AccumulateValues<kDt, 1>(s + h * kTile + jj + j, v, base + j * sh.row_elems,
-                                     sh.row_elems, D, o);
-          }
+        for (int64_t c = 0; c < D; c += kLanes) {
+          hn::StoreU(hn::MulAdd(p, LoadAt<kDt>(v, base + c), LoadF32(o + c)), d, o + c);
         }
       }
     }
