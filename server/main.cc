@@ -89,6 +89,10 @@ ABSL_FLAG(
     "CUDA: freed device memory the allocator's pool keeps for reuse; above it memory goes back "
     "to the driver at each synchronization (for a GPU shared with other processes); -1 keeps "
     "it all");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "CUDA: record each shape of batch-1 and small-batch query pass once as a CUDA graph and "
+          "replay it (one launch instead of one per kernel; same results); false runs every "
+          "pass kernel by kernel");
 ABSL_FLAG(uint64_t, host_memory_budget_bytes, 16ull << 30,
           "On the CUDA backend: byte budget of page-locked host memory holding contexts evicted "
           "from GPU memory, before they fall back to RocksDB (0: none)");
@@ -188,6 +192,7 @@ manyshot::server::ServerConfig ConfigFromFlags() {
   config.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_bytes);
   config.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
   config.gpu_pool_release_threshold_bytes = absl::GetFlag(FLAGS_gpu_pool_release_threshold_bytes);
+  config.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   config.disk_budget_bytes = absl::GetFlag(FLAGS_disk_budget_bytes);
   config.min_free_disk_bytes = absl::GetFlag(FLAGS_min_free_disk_bytes);
   config.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);

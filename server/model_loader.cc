@@ -61,6 +61,7 @@ absl::StatusOr<ServedModelOptions> DtypeOptions(const ServerConfig& config) {
   if (!weights.ok()) return weights.status();
   options.weights = *weights;
   options.weights_name = absl::StrCat("--weight_dtype=", config.weight_dtype);
+  options.graphs = config.cuda_graphs;
   return options;
 }
 

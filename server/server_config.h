@@ -43,6 +43,9 @@ struct ServerConfig {
   uint64_t host_memory_budget_bytes = 16ull << 30;  // pinned host tier below it (CUDA only)
   // CUDA: freed memory the device's pool keeps for reuse; -1 = all (engine/cuda/memory_pool.h).
   int64_t gpu_pool_release_threshold_bytes = -1;
+  // CUDA: replay recorded query passes (engine/transformer/forward_graphs.h) instead of launching
+  // every kernel of each one.
+  bool cuda_graphs = true;
   uint64_t disk_budget_bytes = 0;  // 0 = unlimited
   // Free space kept on the data directory's disk: creates that would leave less are refused
   // (RESOURCE_EXHAUSTED) and the server does not start with less, so RocksDB always has room.

@@ -271,6 +271,36 @@ absl::Status Backend::Synchronize() {
   return first.ok() ? wait : first;
 }
 
+absl::Status Backend::BeginCapture() {
+  // A capture must not start over an error its ops would never report.
+  if (absl::Status pending = TakeError(); !pending.ok()) return pending;
+  return BeginCaptureImpl();
+}
+
+absl::StatusOr<std::unique_ptr<CapturedWork>> Backend::EndCapture() {
+  absl::StatusOr<std::unique_ptr<CapturedWork>> work = EndCaptureImpl();
+  absl::Status first = TakeError();  // an op of the capture failed: the recording is incomplete
+  if (!first.ok()) return first;
+  return work;
+}
+
+void Backend::Replay(const CapturedWork& work) {
+  Dispatch(
+      "Replay", [](Checker&) {}, [&] { return ReplayImpl(work); });
+}
+
+absl::Status Backend::BeginCaptureImpl() {
+  return absl::UnimplementedError(absl::StrCat("the ", name(), " backend cannot capture ops"));
+}
+
+absl::StatusOr<std::unique_ptr<CapturedWork>> Backend::EndCaptureImpl() {
+  return absl::UnimplementedError(absl::StrCat("the ", name(), " backend cannot capture ops"));
+}
+
+absl::Status Backend::ReplayImpl(const CapturedWork&) {
+  return absl::UnimplementedError(absl::StrCat("the ", name(), " backend cannot replay ops"));
+}
+
 void Backend::Embedding(const Tensor& ids, const Tensor& table, const Tensor& out,
                         bool accumulate) {
   Dispatch(

@@ -130,6 +130,15 @@ struct ThreadErrors {
 
 }  // namespace backend_internal
 
+// Ops recorded once on a backend that can (Backend::SupportsCapture: a CUDA graph) and run again
+// as one unit: every replay reads and writes the very tensors the recorded ops named, with the
+// same shapes and scalar arguments, so a caller changes what a replay computes only by writing
+// new values into those tensors first.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -178,6 +187,18 @@ class Backend {
   // tensors it held (cache/memory_tier.h). OK and nothing to do on the CPU; errors are returned,
   // not recorded as the thread's error.
   virtual absl::Status TrimMemory() { return absl::OkStatus(); }
+
+  // ---- Capture (CUDA graphs: many launches replayed as one) ----
+  // Whether BeginCapture works here (the CPU backend: no; it has no launches to save).
+  virtual bool SupportsCapture() const { return false; }
+  // Records the calling thread's ops from here to EndCapture instead of running them. Between the
+  // two, ops may allocate and free temporaries (the recording owns them) but must not synchronize
+  // or copy to or from host memory (Synchronize, CopyFromHost, CopyToHost fail the capture).
+  absl::Status BeginCapture();
+  // The recorded ops, or the first error of the capture (which is then dropped).
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture();
+  // Queues `work` (made by this backend) on the calling thread's stream, as an op.
+  void Replay(const CapturedWork& work);
 
   // ---- Ops (x, out, weights: the compute dtype unless said otherwise) ----
   // out[t] = table[ids[t]] (accumulate: out[t] += table[ids[t]]); ids kI32 [T], validated by
@@ -271,6 +292,9 @@ class Backend {
   virtual absl::Status AttendBiasedImpl(const Tensor& q,
                                         absl::Span<const BiasedAttentionSequence> sequences,
                                         float scale, const AttentionState& out) = 0;
+  virtual absl::Status BeginCaptureImpl();
+  virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCaptureImpl();
+  virtual absl::Status ReplayImpl(const CapturedWork& work);
 
  private:
   // Runs `check`; on success and with no pending error, `impl`; records the first failure.

@@ -79,6 +79,9 @@ class Tensor {
   size_t RowBytes() const { return shape_.empty() ? 0 : bytes() / static_cast<size_t>(shape_[0]); }
 
   std::string ShapeString() const;
+  // The memory this tensor views (shared by its views): a holder of a weak_ptr to it learns when
+  // the memory was freed (a recording of ops that read it is then stale).
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
 
  private:
   std::shared_ptr<Buffer> buffer_;

@@ -482,8 +482,10 @@ absl::Status CudaBackend::LinearImpl(const Tensor& x, const Tensor& weight, Weig
   key.align_bias = bias_ptr != nullptr ? cuda_internal::PointerAlignment(bias_ptr) : 256;
   absl::StatusOr<cuda_internal::GemmPlan*> plan = state->Plan(key, bias_ptr);
   if (!plan.ok()) return plan.status();
-  absl::Status s = (*plan)->Run(state->lt, x.raw(), weight.raw(), bias_ptr, out.raw(),
-                                state->workspace, state->stream);
+  absl::StatusOr<void*> workspace = state->GemmWorkspace();
+  if (!workspace.ok()) return workspace.status();
+  absl::Status s = (*plan)->Run(state->lt, x.raw(), weight.raw(), bias_ptr, out.raw(), *workspace,
+                                state->stream);
   if (!s.ok()) return s;
   if (!bias.defined() || (*plan)->bias_in_epilogue()) return absl::OkStatus();
   // A separate pass adding the bias in f32 (f32 out: the CPU's order, GEMM then += bias; a 16-bit

@@ -125,10 +125,18 @@ struct ThreadState {
   absl::StatusOr<GemmPlan*> Plan(const GemmKey& key, const void* bias);
   size_t plan_count() const { return plans.size(); }
 
+  // The cuBLASLt workspace of a GEMM on this thread's stream: while a capture is recording, the
+  // capture's own (a graph replayed on another thread's stream must not share this thread's).
+  absl::StatusOr<void*> GemmWorkspace();
+
   int device;
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
+  // Between BeginCapture and EndCapture (cuda_graphs.cc): the stream records, and its GEMMs use
+  // capture_workspace, a graph allocation made at the first GEMM of the capture.
+  bool capturing = false;
+  void* capture_workspace = nullptr;
 
  private:
   using PlanList = std::list<std::pair<GemmKey, std::unique_ptr<GemmPlan>>>;
@@ -187,6 +195,8 @@ class CudaBackend final : public Backend {
   }
   // memory_pool.cc: the device's memory pool keeps none of its freed bytes.
   absl::Status TrimMemory() override;
+  // cuda_graphs.cc: CUDA graphs.
+  bool SupportsCapture() const override { return true; }
 
  protected:
   absl::StatusOr<Tensor> AllocateImpl(DType dtype, std::vector<int64_t> shape) override;
@@ -228,6 +238,10 @@ class CudaBackend final : public Backend {
                                  const AttentionState& out) override;
   absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
                                float other_log_weight) override;
+  // cuda_graphs.cc
+  absl::Status BeginCaptureImpl() override;
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCaptureImpl() override;
+  absl::Status ReplayImpl(const CapturedWork& work) override;
 
  private:
   // Own (context == nullptr) or context attention, in launches of at most kMaxAttnSequences.

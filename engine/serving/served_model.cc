@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const std::filesy
   TransformerOptions dtypes;
   dtypes.compute = options.compute;
   dtypes.weights = options.weights;
+  dtypes.graphs = options.graphs;
   auto model = encoder_decoder ? LoadEncoderDecoderModel(dir, backend, dtypes)
                                : LoadDecoderOnlyModel(dir, backend, dtypes);
   if (!model.ok()) return model.status();

@@ -63,6 +63,8 @@ struct ServedModelOptions {
   std::optional<DType> weights;
   // How the caller names `weights` in errors ("--weight_dtype=bf16").
   std::string weights_name = "weights";
+  // Decoder-only models: record query passes as CUDA graphs (TransformerOptions::graphs).
+  std::optional<bool> graphs;
 };
 
 class ServedModel {

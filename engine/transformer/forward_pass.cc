@@ -120,12 +120,23 @@ absl::Status ForwardPass::Allocate() {
   if (c_.parallel_residual || traits_.sublayer_post_norms) {
     shapes.push_back({&aux_, dt_, {T, H}});
   }
+  const int64_t R = static_cast<int64_t>(batch_.logit_rows.size());
+  if (R > 0) {
+    shapes.push_back({&rows_t_, DType::kI32, {R}});
+    shapes.push_back({&picked_, dt_, {R, H}});
+    shapes.push_back({&normed_, dt_, {R, H}});
+    shapes.push_back({&logits_, DType::kF32, {R, c_.vocab_size}});
+  }
   MANYSHOT_RETURN_IF_ERROR(AllocateAll(b_, shapes));
   if (!gated) act_ = up_;  // the activation runs in place
+  return absl::OkStatus();
+}
+
+void ForwardPass::UploadIndices() {
   // Index arguments go to the device once per pass.
   b_.CopyFromHost(batch_.ids.data(), id_t_);
   b_.CopyFromHost(batch_.positions.data(), pos_t_);
-  return absl::OkStatus();
+  if (rows_t_.defined()) b_.CopyFromHost(batch_.logit_rows.data(), rows_t_);
 }
 
 void ForwardPass::BuildNorm(const Tensor& in, const Tensor& weight, const Tensor& bias,
@@ -261,35 +272,26 @@ void ForwardPass::BuildPostNormBlock(size_t l, const LayerWeights& w) {
   b_.Add(x_, aux_);
 }
 
-absl::Status ForwardPass::BuildLogits(ForwardResult& result) {
-  const int64_t R = static_cast<int64_t>(batch_.logit_rows.size());
-  Tensor rows_t, picked, normed, logits;
-  MANYSHOT_RETURN_IF_ERROR(AllocateAll(b_, {{&rows_t, DType::kI32, {R}},
-                                            {&picked, dt_, {R, c_.hidden_size}},
-                                            {&normed, dt_, {R, c_.hidden_size}},
-                                            {&logits, DType::kF32, {R, c_.vocab_size}}}));
-  b_.CopyFromHost(batch_.logit_rows.data(), rows_t);
-  b_.GatherRows(x_, rows_t, picked);
+void ForwardPass::BuildLogits() {
+  if (!logits_.defined()) return;
+  b_.GatherRows(x_, rows_t_, picked_);
+  const Tensor* normed = &picked_;  // post-LN: the last layer's output is normed already
   if (weights_.final_norm_w.defined()) {
-    BuildNorm(picked, weights_.final_norm_w, weights_.final_norm_b, normed);
-  } else {  // post-LN: the last layer's output is normed already
-    normed = picked;
+    BuildNorm(picked_, weights_.final_norm_w, weights_.final_norm_b, normed_);
+    normed = &normed_;
   }
-  b_.Linear(normed, weights_.lm_head, kHeld, Tensor(), logits);
-  result.logits.resize(static_cast<size_t>(R * c_.vocab_size));
-  MANYSHOT_RETURN_IF_ERROR(b_.CopyToHost(logits, result.logits.data()));
+  b_.Linear(*normed, weights_.lm_head, kHeld, Tensor(), logits_);
+}
+
+absl::Status ForwardPass::Collect(ForwardResult& result) {
+  if (!logits_.defined()) return b_.Synchronize();
+  result.logits.resize(static_cast<size_t>(logits_.numel()));
+  MANYSHOT_RETURN_IF_ERROR(b_.CopyToHost(logits_, result.logits.data()));
   if (c_.final_logit_softcap > 0.0f) SoftCap(c_.final_logit_softcap, result.logits);
   return absl::OkStatus();
 }
 
-absl::Status ForwardPass::Run(ForwardResult& result) {
-  const bool alibi = weights_.alibi_slopes.defined();
-  if (alibi && context_ != nullptr && context_->len > 0 && !context_->positions.defined()) {
-    return absl::FailedPreconditionError(
-        "this model uses ALiBi, which needs the context keys' position ids, and the context has "
-        "none (re-encode it)");
-  }
-  MANYSHOT_RETURN_IF_ERROR(Allocate());
+void ForwardPass::Enqueue() {
   BuildEmbeddings();
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const LayerWeights& w = weights_.layers[l];
@@ -301,11 +303,23 @@ absl::Status ForwardPass::Run(ForwardResult& result) {
       BuildSequentialBlock(l, w);
     }
   }
+  BuildLogits();
+}
+
+absl::Status ForwardPass::Run(ForwardResult& result) {
+  const bool alibi = weights_.alibi_slopes.defined();
+  if (alibi && context_ != nullptr && context_->len > 0 && !context_->positions.defined()) {
+    return absl::FailedPreconditionError(
+        "this model uses ALiBi, which needs the context keys' position ids, and the context has "
+        "none (re-encode it)");
+  }
+  MANYSHOT_RETURN_IF_ERROR(Allocate());
+  UploadIndices();
+  Enqueue();
   for (const ForwardSequence& seq : sequences_) {
     seq.cache->Advance(static_cast<int64_t>(seq.tokens.size()));
   }
-  if (batch_.logit_rows.empty()) return b_.Synchronize();
-  return BuildLogits(result);
+  return Collect(result);
 }
 
 }  // namespace manyshot

@@ -42,8 +42,16 @@ class ForwardPass {
   // Fills result.logits (result.vocab_size set by the caller); the caches hold the new K/V.
   absl::Status Run(ForwardResult& result);
 
- private:
+  // Run's steps, for a pass recorded once and replayed (forward_graphs.h): Allocate every tensor
+  // of the pass, UploadIndices (the batch's ids, positions and logit rows to the device), Enqueue
+  // the model's ops (no allocation of the pass's own, no host transfer: what a capture records),
+  // and Collect the logits to the host (waits).
   absl::Status Allocate();
+  void UploadIndices();
+  void Enqueue();
+  absl::Status Collect(ForwardResult& result);
+
+ private:
   void BuildEmbeddings();
   // RMSNorm or LayerNorm (ArchTraits::norm) of in into out.
   void BuildNorm(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out);
@@ -56,8 +64,8 @@ class ForwardPass {
   void BuildSequentialBlock(size_t l, const LayerWeights& w);
   void BuildParallelBlock(size_t l, const LayerWeights& w);
   void BuildPostNormBlock(size_t l, const LayerWeights& w);  // ArchTraits::sublayer_post_norms
-  // The final norm and the vocabulary projection of the requested rows (f32), to the host.
-  absl::Status BuildLogits(ForwardResult& result);
+  // The final norm and the vocabulary projection of the requested rows into logits_ (f32).
+  void BuildLogits();
 
   Backend& b_;
   const ModelConfig& c_;
@@ -70,6 +78,8 @@ class ForwardPass {
   // Activations: x the residual stream, h a sublayer's output; up/act the MLP's (act aliases up
   // when the activation runs in place); aux a second [T, H] for the parallel MLP and post norms.
   Tensor x_, h_, qkv_, q_, k_, v_, attn_, up_, act_, aux_, id_t_, pos_t_;
+  // The logit rows: their indices, the rows gathered and normed, their logits.
+  Tensor rows_t_, picked_, normed_, logits_;
   std::vector<AttentionSequence> attn_seqs_;
 };
 

@@ -3,6 +3,7 @@
 #include "engine/transformer/transformer.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_names.h"
+#include "engine/transformer/forward_graphs.h"
 #include "engine/transformer/forward_pass.h"
 #include "engine/transformer/weight_loader.h"
 
@@ -44,6 +46,12 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
   model->config_ = *config;
   auto status = model->LoadWeights(model_dir);
   if (!status.ok()) return status;
+  if (options.graphs.value_or(true) && backend.SupportsCapture()) {
+    const Transformer* self = model.get();
+    model->graphs_ = std::make_unique<ForwardGraphs>(
+        backend, model->config_, *model->weights_, model->compute_dtype_,
+        [self](int64_t capacity) { return self->NewCache(capacity); });
+  }
   return model;
 }
 
@@ -70,6 +78,10 @@ absl::Status Transformer::LoadWeights(const std::filesystem::path& model_dir) {
   return absl::OkStatus();
 }
 
+ForwardGraphStats Transformer::graph_stats() const {
+  return graphs_ != nullptr ? graphs_->stats() : ForwardGraphStats{};
+}
+
 KvCache Transformer::NewCache(int64_t capacity) const {
   return KvCache(*backend_, config_.num_layers, config_.num_kv_heads, config_.head_dim,
                  std::max<int64_t>(1, capacity), kv_dtype_, weights_->alibi_slopes.defined());
@@ -83,6 +95,10 @@ absl::StatusOr<ForwardResult> Transformer::Forward(absl::Span<const ForwardSeque
   ForwardResult result;
   result.vocab_size = config_.vocab_size;
   if (batch.tokens() == 0) return result;
+  if (graphs_ != nullptr) {
+    std::optional<absl::StatusOr<ForwardResult>> replayed = graphs_->Forward(sequences, context);
+    if (replayed.has_value()) return *std::move(replayed);
+  }
   ForwardPass pass(*backend_, config_, *weights_, compute_dtype_, sequences, batch, context);
   MANYSHOT_RETURN_IF_ERROR(pass.Run(result));
   return result;

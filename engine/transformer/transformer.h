@@ -44,6 +44,9 @@ struct TransformerOptions {
   // kernels (Backend::SupportsWeightDType; the CPU: bf16 with f32 compute, half the bytes decode
   // reads per token). Unset: the compute dtype. Norm weights and biases stay in the compute dtype.
   std::optional<DType> weights;
+  // Record batch-1 and small-batch query passes once per shape and replay them (forward_graphs.h:
+  // CUDA graphs, one launch instead of hundreds). Unset: wherever the backend can (CUDA).
+  std::optional<bool> graphs;
 };
 
 struct ForwardResult {
@@ -53,6 +56,9 @@ struct ForwardResult {
   const float* row(size_t i) const { return logits.data() + i * vocab_size; }
   size_t rows() const { return vocab_size ? logits.size() / vocab_size : 0; }
 };
+
+class ForwardGraphs;
+struct ForwardGraphStats;
 
 class Transformer {
  public:
@@ -87,6 +93,9 @@ class Transformer {
   absl::StatusOr<ForwardResult> Forward(absl::Span<const ForwardSequence> sequences,
                                         const ContextKv* context = nullptr) const;
 
+  // Recorded passes (TransformerOptions::graphs): how many are held, made and replayed.
+  ForwardGraphStats graph_stats() const;
+
  private:
   Transformer() = default;
   absl::Status LoadWeights(const std::filesystem::path& model_dir);
@@ -99,6 +108,7 @@ class Transformer {
   DType kv_dtype_ = DType::kF32;
   DType weight_dtype_ = DType::kF32;
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<ForwardGraphs> graphs_;  // null: every pass runs eagerly
 };
 
 }  // namespace manyshot

@@ -279,14 +279,31 @@ struct CUstream_st {
   // hold invalidated it (under simt::g_streams_mu).
   std::shared_ptr<std::vector<std::function<std::string()>>> capture;
   bool capture_broken = false;
+  // Memory cudaMallocAsync gave the capture (a graph's allocation nodes), and which of it the
+  // capture freed again (under simt::g_streams_mu).
+  std::vector<void*> capture_allocations;
+  std::vector<void*> capture_frees;
 };
+
+namespace simt {
+// A graph's own memory (its allocation nodes): reserved when captured, kept at the same addresses
+// for every launch, given back when the graph, its instances and their queued launches are gone.
+struct GraphMemory {
+  std::vector<void*> blocks;
+  ~GraphMemory() {
+    for (void* p : blocks) DeviceFree(p);
+  }
+};
+}  // namespace simt
 
 // A captured graph and its executable instance: the recorded work, in stream order.
 struct CUgraph_st {
   std::vector<std::function<std::string()>> work;
+  std::shared_ptr<simt::GraphMemory> memory;
 };
 struct CUgraphExec_st {
   std::shared_ptr<const std::vector<std::function<std::string()>>> work;
+  std::shared_ptr<simt::GraphMemory> memory;
 };
 
 namespace simt {
@@ -415,6 +432,22 @@ std::atomic<uint64_t> g_host_launches{0};
 }  // namespace
 
 uint64_t HostLaunches() { return g_host_launches.load(); }
+
+void* CaptureAlloc(cudaStream_t stream, size_t bytes) {
+  void* p = DeviceAlloc(bytes);
+  if (p == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  stream->capture_allocations.push_back(p);
+  return p;
+}
+
+bool CaptureFree(cudaStream_t stream, void* p) {
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  const auto& mine = stream->capture_allocations;
+  if (std::find(mine.begin(), mine.end(), p) == mine.end()) return false;
+  stream->capture_frees.push_back(p);
+  return true;
+}
 void CountHostLaunch() { g_host_launches.fetch_add(1); }
 
 void ResetDevice() {
@@ -704,7 +737,11 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
       return Refuse(cudaErrorInvalidValue, "cudaFreeAsync of an address cudaMalloc did not return");
     }
   }
-  if (simt::IsCapturing(stream)) return simt::BreakCapture(stream, "cudaFreeAsync");
+  // A capture frees only what it allocated: the graph keeps it for its launches.
+  if (simt::IsCapturing(stream)) {
+    if (simt::CaptureFree(stream, p)) return cudaSuccess;
+    return simt::BreakCapture(stream, "cudaFreeAsync of memory allocated outside the capture");
+  }
   // Queued work before it may still use the memory; the free runs after it.
   return simt::Submit(stream, [p] {
     simt::DeviceFree(p);
@@ -753,6 +790,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   if (stream->capture) return Refuse(cudaErrorInvalidValue, "the stream is already capturing");
   stream->capture = std::make_shared<std::vector<std::function<std::string()>>>();
   stream->capture_broken = false;
+  stream->capture_allocations.clear();
+  stream->capture_frees.clear();
   return cudaSuccess;
 }
 
@@ -761,16 +800,29 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   *graph = nullptr;
   std::shared_ptr<std::vector<std::function<std::string()>>> work;
   bool broken = false;
+  auto memory = std::make_shared<simt::GraphMemory>();
+  size_t unfreed = 0;
   {
     std::lock_guard<std::mutex> lock(simt::g_streams_mu);
     work = std::move(stream->capture);
     stream->capture = nullptr;
     broken = stream->capture_broken;
+    memory->blocks = std::move(stream->capture_allocations);
+    stream->capture_allocations.clear();
+    unfreed = memory->blocks.size() - std::min(memory->blocks.size(), stream->capture_frees.size());
+    stream->capture_frees.clear();
   }
   if (!work)
     return Refuse(cudaErrorInvalidValue, "cudaStreamEndCapture: the stream is not capturing");
   if (broken) return Record(cudaErrorStreamCaptureInvalidated);
-  *graph = new CUgraph_st{std::move(*work)};
+  // A GPU lets an allocation outlive its graph (the caller frees it later); the emulator keeps
+  // graph memory inside the graph only, and says so rather than leak or double-free it.
+  if (unfreed != 0) {
+    return Refuse(cudaErrorStreamCaptureInvalidated,
+                  "an allocation made during the capture was not freed in it (the emulator keeps "
+                  "graph allocations inside their graph)");
+  }
+  *graph = new CUgraph_st{std::move(*work), std::move(memory)};
   return cudaSuccess;
 }
 
@@ -778,7 +830,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                  unsigned long long) {  // NOLINT: CUDA's type
   if (exec == nullptr || graph == nullptr) return Refuse(cudaErrorInvalidValue, "instantiate");
   *exec = new CUgraphExec_st{
-      std::make_shared<const std::vector<std::function<std::string()>>>(graph->work)};
+      std::make_shared<const std::vector<std::function<std::string()>>>(graph->work),
+      graph->memory};
   return cudaSuccess;
 }
 
@@ -788,7 +841,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   simt::CountHostLaunch();
   // The whole graph is one piece of stream work: its nodes run in the order they were captured,
   // and the first failure stops it (and kills the device, as any failed work does).
-  return simt::Submit(stream, [work = exec->work] {
+  return simt::Submit(stream, [work = exec->work, memory = exec->memory] {
     for (const auto& node : *work) {
       std::string failure = node();
       if (!failure.empty()) return failure;

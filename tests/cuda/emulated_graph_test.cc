@@ -105,16 +105,51 @@ TEST_F(EmulatedGraphTest, WhatACaptureCannotHoldIsRefusedAndInvalidatesIt) {
   EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal),
             cudaErrorStreamCaptureImplicit);
   (void)cudaGetLastError();
+  void* outside = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&outside, 64, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  void* p = nullptr;
-  EXPECT_EQ(cudaMallocAsync(&p, 64, stream), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaFreeAsync(outside, stream), cudaErrorStreamCaptureUnsupported);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
   cudaGraph_t graph = nullptr;
   EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(graph, nullptr);
   (void)cudaGetLastError();
   // The stream works as before.
+  EXPECT_EQ(cudaFreeAsync(outside, stream), cudaSuccess);
   Block();
+  EXPECT_TRUE(backend_->Synchronize().ok());
+}
+
+TEST_F(EmulatedGraphTest, AnAllocationInTheCaptureIsTheGraphsOwnMemory) {
+  // Attention's temporaries (split-K partials, a context state) are allocated and freed inside
+  // a captured forward pass: on a GPU these are graph allocation nodes, reused by every launch.
+  cudaStream_t stream = Stream();
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&scratch, kRows * kWidth * sizeof(float), stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(scratch, x_.raw(), x_.bytes(), cudaMemcpyDeviceToDevice, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(y_.raw(), scratch, y_.bytes(), cudaMemcpyDeviceToDevice, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(scratch, stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);  // the instance keeps the memory
+  for (int launch = 0; launch < 2; ++launch) {
+    backend_->Copy(normed_, y_);
+    ASSERT_TRUE(backend_->Synchronize().ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(Bits(y_), Bits(x_)) << "launch " << launch;
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+
+  // One the capture does not free again is refused (a GPU would hand it to the caller).
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaMallocAsync(&scratch, 64, stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
   EXPECT_TRUE(backend_->Synchronize().ok());
 }
 

@@ -184,10 +184,18 @@ cudaError_t Submit(cudaStream_t stream, std::function<std::string()> work);
 // the work put on it (kernels, copies, memsets, cuBLASLt matmuls, event records) is recorded
 // instead of run, with its arguments as they are at the call, as a CUDA graph's nodes keep them;
 // cudaGraphLaunch puts the recorded work on a stream again, in order, as one launch. As on a GPU,
-// a capture on the legacy stream is refused, and a synchronization, an allocation or a free on a
-// capturing stream fails with cudaErrorStreamCaptureUnsupported and invalidates the capture
-// (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated).
+// a capture on the legacy stream is refused, and a synchronization or a free of memory allocated
+// outside the capture fails with cudaErrorStreamCaptureUnsupported and invalidates the capture
+// (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated). cudaMallocAsync on a
+// capturing stream is a graph allocation node, as since CUDA 11.4: the memory is the graph's, at
+// the same address for every launch, and cudaFreeAsync of it in the capture is its free node.
+// Unlike a GPU, the emulator refuses (at cudaStreamEndCapture) an allocation the capture did not
+// free again.
 bool IsCapturing(cudaStream_t stream);
+// A graph allocation node's memory, recorded for the stream's capture (cudaMallocAsync).
+void* CaptureAlloc(cudaStream_t stream, size_t bytes);
+// Whether `p` was allocated by the stream's capture; if so, its free is recorded.
+bool CaptureFree(cudaStream_t stream, void* p);
 // Marks the stream's capture invalid for a call a capture cannot hold; returns the error to report.
 cudaError_t BreakCapture(cudaStream_t stream, const char* call);
 // Host-side launches: kernels launched outside a capture, plus graph launches (one each), since
@@ -241,9 +249,9 @@ inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) 
     *p = nullptr;
     return simt::Record(sticky);
   }
-  if (simt::IsCapturing(stream)) {
-    *p = nullptr;
-    return simt::BreakCapture(stream, "cudaMallocAsync");
+  if (simt::IsCapturing(stream)) {  // an allocation node: the graph's own memory
+    *p = simt::OutOfMemoryInjected() ? nullptr : simt::CaptureAlloc(stream, bytes);
+    return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
   }
   *p = simt::OutOfMemoryInjected() ? nullptr : simt::PoolAlloc(bytes);
   return *p != nullptr ? cudaSuccess : simt::Record(cudaErrorMemoryAllocation);
