@@ -493,6 +493,54 @@ void Backend::Add(const Tensor& x, const Tensor& y) {
       [&] { return x.numel() == 0 ? absl::OkStatus() : AddImpl(x, y); });
 }
 
+void Backend::AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         const Tensor& out) {
+  Dispatch(
+      "AddRmsNorm",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(y, "y").Defined(weight, "weight").Defined(out, "out");
+        c.On(x, device(), "x").On(y, device(), "y").On(weight, device(), "weight");
+        c.On(out, device(), "out").Float(x, "x").SameDType(x, y, "x", "y");
+        c.SameDType(x, weight, "x", "weight").SameDType(x, out, "x", "out");
+        c.That(x.shape() == y.shape() && x.shape() == out.shape(), "x, y and out shapes differ");
+        c.That(weight.numel() == LastDim(x), "weight must have x's last dimension");
+        c.That(x.numel() == 0 || out.raw() != x.raw(), "out must not be x (it may be y)");
+      },
+      [&] { return x.numel() == 0 ? absl::OkStatus() : AddRmsNormImpl(x, y, weight, eps, out); });
+}
+
+void Backend::AddLayerNorm(const Tensor& x, const Tensor& y, const Tensor& weight,
+                           const Tensor& bias, float eps, const Tensor& out) {
+  Dispatch(
+      "AddLayerNorm",
+      [&](Checker& c) {
+        c.Defined(x, "x").Defined(y, "y").Defined(weight, "weight").Defined(bias, "bias");
+        c.Defined(out, "out").On(x, device(), "x").On(y, device(), "y");
+        c.On(weight, device(), "weight").On(bias, device(), "bias").On(out, device(), "out");
+        c.Float(x, "x").SameDType(x, y, "x", "y").SameDType(x, weight, "x", "weight");
+        c.SameDType(x, bias, "x", "bias").SameDType(x, out, "x", "out");
+        c.That(x.shape() == y.shape() && x.shape() == out.shape(), "x, y and out shapes differ");
+        c.That(weight.numel() == LastDim(x) && bias.numel() == LastDim(x),
+               "weight and bias must have x's last dimension");
+        c.That(x.numel() == 0 || out.raw() != x.raw(), "out must not be x (it may be y)");
+      },
+      [&] {
+        return x.numel() == 0 ? absl::OkStatus() : AddLayerNormImpl(x, y, weight, bias, eps, out);
+      });
+}
+
+absl::Status Backend::AddRmsNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                     float eps, const Tensor& out) {
+  if (absl::Status added = AddImpl(x, y); !added.ok()) return added;
+  return RmsNormImpl(x, weight, eps, out);
+}
+
+absl::Status Backend::AddLayerNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                       const Tensor& bias, float eps, const Tensor& out) {
+  if (absl::Status added = AddImpl(x, y); !added.ok()) return added;
+  return LayerNormImpl(x, weight, bias, eps, out);
+}
+
 namespace {
 
 // Checks shared by AttendOwn and AttendContext: q and the state, and every sequence's rows.

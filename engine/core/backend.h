@@ -228,6 +228,12 @@ class Backend {
   // Splits the columns of qkv [T, q + k + v] into q [T, ...], k, v (each contiguous).
   void SplitQkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v);
   void Add(const Tensor& x, const Tensor& y);  // x += y
+  // x += y, then out = RmsNorm(x) / LayerNorm(x): a residual add and the norm of the sum, as
+  // Add then the norm (one kernel on CUDA, same bits). x [.., n]; y like x; out like x, may be y.
+  void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                  const Tensor& out);
+  void AddLayerNorm(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias,
+                    float eps, const Tensor& out);
 
   // ---- Attention (q [T, heads, head_dim]; `scale` multiplies q.k) ----
   // Each sequence's rows against its own keys (causal, own_log_weight on keys >= weighted_from).
@@ -292,6 +298,11 @@ class Backend {
   virtual absl::Status AttendBiasedImpl(const Tensor& q,
                                         absl::Span<const BiasedAttentionSequence> sequences,
                                         float scale, const AttentionState& out) = 0;
+  // By default Add, then the norm (the CPU backend); CUDA fuses them.
+  virtual absl::Status AddRmsNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                      float eps, const Tensor& out);
+  virtual absl::Status AddLayerNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                        const Tensor& bias, float eps, const Tensor& out);
   virtual absl::Status BeginCaptureImpl();
   virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCaptureImpl();
   virtual absl::Status ReplayImpl(const CapturedWork& work);

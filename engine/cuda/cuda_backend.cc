@@ -456,6 +456,26 @@ absl::Status CudaBackend::LayerNormImpl(const Tensor& x, const Tensor& weight, c
                                                      state->stream));
 }
 
+absl::Status CudaBackend::AddRmsNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                         float eps, const Tensor& out) {
+  MANYSHOT_CUDA_STATE(state);
+  const int64_t n = cuda_internal::LastDim(x);
+  if (n == 0) return absl::OkStatus();
+  return Launched("AddRmsNorm",
+                  cuda::LaunchAddNorm(x.raw(), y.raw(), weight.raw(), nullptr, out.raw(),
+                                      ElemTypeOf(x.dtype()), x.numel() / n, n, eps, state->stream));
+}
+
+absl::Status CudaBackend::AddLayerNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                           const Tensor& bias, float eps, const Tensor& out) {
+  MANYSHOT_CUDA_STATE(state);
+  const int64_t n = cuda_internal::LastDim(x);
+  if (n == 0) return absl::OkStatus();
+  return Launched("AddLayerNorm",
+                  cuda::LaunchAddNorm(x.raw(), y.raw(), weight.raw(), bias.raw(), out.raw(),
+                                      ElemTypeOf(x.dtype()), x.numel() / n, n, eps, state->stream));
+}
+
 absl::Status CudaBackend::LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
                                      const Tensor& bias, const Tensor& out) {
   MANYSHOT_CUDA_STATE(state);

@@ -238,6 +238,10 @@ class CudaBackend final : public Backend {
                                  const AttentionState& out) override;
   absl::Status MergeStatesImpl(const AttentionState& into, const AttentionState& other,
                                float other_log_weight) override;
+  absl::Status AddRmsNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                              const Tensor& out) override;
+  absl::Status AddLayerNormImpl(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                const Tensor& bias, float eps, const Tensor& out) override;
   // cuda_graphs.cc
   absl::Status BeginCaptureImpl() override;
   absl::StatusOr<std::unique_ptr<CapturedWork>> EndCaptureImpl() override;

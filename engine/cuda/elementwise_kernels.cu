@@ -273,6 +273,75 @@ __global__ void LayerNormKernel(const T* x, const T* w, const T* b, T* out, int6
   }
 }
 
+// x += y, then out = the norm of x (RMSNorm; LayerNorm when kLayer, with bias b), row by row in one
+// kernel: a residual add and the norm that reads its sum. The same threads, packs, sums and
+// expressions as AddKernel followed by RmsNormKernel / LayerNormKernel (the sum is rounded to T and
+// stored, and the norm reads the stored value), so the bits are those of the two kernels. y is
+// read element by element (its alignment does not choose V: the norm's inputs do, as in the norm
+// kernels). out may alias y (each element of y is read, before the block's first barrier, by the
+// thread that later writes that element of out), not x.
+template <typename T, int V, bool kLayer>
+__global__ void AddNormKernel(T* x, const T* y, const T* w, const T* b, T* out, int64_t rows,
+                              int64_t n, float eps) {
+  const int64_t packs = n / V;
+  const auto* wp = reinterpret_cast<const Pack<T, V>*>(w);
+  const auto* bp = reinterpret_cast<const Pack<T, V>*>(b);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    auto* xr = reinterpret_cast<Pack<T, V>*>(x + r * n);
+    const T* yr = y + r * n;
+    auto* orow = reinterpret_cast<Pack<T, V>*>(out + r * n);
+    float sum = 0.0f;  // of x (LayerNorm) or of x^2 (RMSNorm)
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      Pack<T, V> p = xr[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        p.v[j] = FromF32<T>(ToF32(p.v[j]) + ToF32(yr[i * V + j]));
+        const float v = ToF32(p.v[j]);
+        if constexpr (kLayer) {
+          sum += v;
+        } else {
+          sum += v * v;
+        }
+      }
+      xr[i] = p;
+    }
+    float mean = 0.0f, inv;
+    if constexpr (kLayer) {
+      mean = BlockSum(sum) / static_cast<float>(n);
+      float sq = 0.0f;
+      for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+        const Pack<T, V> p = xr[i];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float d = ToF32(p.v[j]) - mean;
+          sq += d * d;
+        }
+      }
+      const float var = BlockSum(sq) / static_cast<float>(n);
+      inv = 1.0f / sqrtf(var + eps);
+    } else {
+      sum = BlockSum(sum);
+      inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
+    }
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const Pack<T, V> p = xr[i];
+      const Pack<T, V> g = wp[i];
+      Pack<T, V> o;
+      if constexpr (kLayer) {
+        const Pack<T, V> c = bp[i];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          o.v[j] = FromF32<T>((ToF32(p.v[j]) - mean) * inv * ToF32(g.v[j]) + ToF32(c.v[j]));
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) o.v[j] = FromF32<T>(ToF32(p.v[j]) * inv * ToF32(g.v[j]));
+      }
+      orow[i] = o;
+    }
+  }
+}
+
 // Threads for a row of `items` accesses: about one (V > 1) or four (V = 1) per thread, within
 // [32, 1024] and a multiple of 32 (BlockSum needs it).
 int NormThreads(int64_t items, int v) {
@@ -619,6 +688,31 @@ cudaError_t LaunchLayerNorm(const void* x, const void* weight, const void* bias,
     return Launch(LayerNormKernel<T, 1>, blocks, NormThreads(n, 1), 0, stream,
                   static_cast<const T*>(x), static_cast<const T*>(weight),
                   static_cast<const T*>(bias), static_cast<T*>(out), rows, n, eps);
+  });
+}
+
+cudaError_t LaunchAddNorm(void* x, const void* y, const void* weight, const void* bias, void* out,
+                          ElemType type, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const int blocks = BlocksFor(rows, 1, kMaxRowBlocks);
+  // V as the norm's own launcher picks it, so the sums run in the same order.
+  const bool aligned = AlignedTo(x, 16) && AlignedTo(weight, 16) && AlignedTo(out, 16) &&
+                       (bias == nullptr || AlignedTo(bias, 16));
+  return DispatchType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int V = 16 / sizeof(T);
+    auto launch = [&](auto kernel, int v) {
+      return Launch(kernel, blocks, NormThreads(n / v, v), 0, stream, static_cast<T*>(x),
+                    static_cast<const T*>(y), static_cast<const T*>(weight),
+                    static_cast<const T*>(bias), static_cast<T*>(out), rows, n, eps);
+    };
+    if (bias != nullptr) {
+      return aligned && n % V == 0 ? launch(AddNormKernel<T, V, true>, V)
+                                   : launch(AddNormKernel<T, 1, true>, 1);
+    }
+    return aligned && n % V == 0 ? launch(AddNormKernel<T, V, false>, V)
+                                 : launch(AddNormKernel<T, 1, false>, 1);
   });
 }
 

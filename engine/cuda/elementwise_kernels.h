@@ -47,6 +47,12 @@ cudaError_t LaunchRmsNorm(const void* x, const void* weight, void* out, ElemType
 cudaError_t LaunchLayerNorm(const void* x, const void* weight, const void* bias, void* out,
                             ElemType type, int64_t rows, int64_t n, float eps, cudaStream_t stream);
 
+// Per row of n elements: x += y, then out = the RMSNorm of x (bias == nullptr) or its LayerNorm
+// with `bias`, in one kernel, bit-identical to LaunchAdd followed by LaunchRmsNorm /
+// LaunchLayerNorm. out may be y, not x.
+cudaError_t LaunchAddNorm(void* x, const void* y, const void* weight, const void* bias, void* out,
+                          ElemType type, int64_t rows, int64_t n, float eps, cudaStream_t stream);
+
 // Rotate-half RoPE in place on x [tokens, heads, head_dim]; inv_freq: head_dim / 2 host values
 // (the model's RopeTable: theta^(-2i/head_dim), or a scaled table), at most kMaxRopeHalf. The
 // angle pos * inv_freq[i] and its cos/sin are evaluated in double, multiplied by

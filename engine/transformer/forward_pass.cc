@@ -148,6 +148,14 @@ void ForwardPass::BuildNorm(const Tensor& in, const Tensor& weight, const Tensor
   }
 }
 
+void ForwardPass::BuildAddNorm(const Tensor& weight, const Tensor& bias) {
+  if (traits_.norm == NormKind::kRms) {
+    b_.AddRmsNorm(x_, h_, weight, c_.norm_eps, h_);
+  } else {
+    b_.AddLayerNorm(x_, h_, weight, bias, c_.norm_eps, h_);
+  }
+}
+
 void ForwardPass::BuildEmbeddings() {
   b_.Embedding(id_t_, weights_.embed, x_, /*accumulate=*/false);
   if (traits_.embedding_scaled) {
@@ -234,6 +242,20 @@ void ForwardPass::BuildFfn(const LayerWeights& w, const Tensor& in, const Tensor
 }
 
 void ForwardPass::BuildSequentialBlock(size_t l, const LayerWeights& w) {
+  if (c_.pre_norm) {
+    // Each residual add runs fused with the norm that reads its sum; the block's last add waits
+    // for the next block's first norm (or Enqueue's end).
+    if (pending_residual_) {
+      BuildAddNorm(w.attn_norm_w, w.attn_norm_b);
+    } else {
+      BuildNorm(x_, w.attn_norm_w, w.attn_norm_b, h_);
+    }
+    BuildAttention(l, w, h_, h_);
+    BuildAddNorm(w.mlp_norm_w, w.mlp_norm_b);
+    BuildFfn(w, h_, h_);
+    pending_residual_ = true;
+    return;
+  }
   // Post-LN: the residual sum x is normed into h, which becomes the new x.
   auto post_norm = [&](const Tensor& weight, const Tensor& bias) {
     if (c_.pre_norm) return;
@@ -303,6 +325,8 @@ void ForwardPass::Enqueue() {
       BuildSequentialBlock(l, w);
     }
   }
+  if (pending_residual_) b_.Add(x_, h_);
+  pending_residual_ = false;
   BuildLogits();
 }
 

@@ -55,6 +55,8 @@ class ForwardPass {
   void BuildEmbeddings();
   // RMSNorm or LayerNorm (ArchTraits::norm) of in into out.
   void BuildNorm(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out);
+  // x += h, then the norm of x into h: a residual add and the norm that reads its sum, one op.
+  void BuildAddNorm(const Tensor& weight, const Tensor& bias);
   // Attention of layer l over in ([T, H]) into out ([T, H]): q|k|v, RoPE, the caches' new rows,
   // attention with the shared context, the output projection.
   void BuildAttention(size_t l, const LayerWeights& w, const Tensor& in, const Tensor& out);
@@ -81,6 +83,8 @@ class ForwardPass {
   // The logit rows: their indices, the rows gathered and normed, their logits.
   Tensor rows_t_, picked_, normed_, logits_;
   std::vector<AttentionSequence> attn_seqs_;
+  // A pre-LN block's last residual add (x += h), left for the next block's first norm to fuse.
+  bool pending_residual_ = false;
 };
 
 }  // namespace manyshot

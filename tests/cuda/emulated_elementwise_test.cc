@@ -529,6 +529,65 @@ TEST(EmulatedElementwiseTest, LayerNormMatchesTheReference) {
   }
 }
 
+// ---- LaunchAddNorm (fused residual add + norm) ----
+
+// x += y then the norm into out, in one launch, against LaunchAdd then LaunchRmsNorm /
+// LaunchLayerNorm on copies of the same inputs: bit for bit, the sum and the normed rows, on the
+// norm cases (vector and scalar paths, off-boundary buffers), with out == y where the case says
+// in place (the forward pass writes the normed sum over the sublayer output it added), and with
+// y alone off a 16-byte boundary (the norm's inputs choose the vector width).
+TEST(EmulatedElementwiseTest, AddNormGivesTheBitsOfAddThenTheNorm) {
+  const float eps = 1e-5f;
+  for (ElemType t : kTypes) {
+    for (bool layer : {false, true}) {
+      for (const NormCase& c : kNormCases) {
+        for (size_t y_off : {c.off, c.off + 1}) {
+          SCOPED_TRACE(Name(t) + (layer ? " LayerNorm, " : " RmsNorm, ") + Describe(c) +
+                       ", y off " + std::to_string(y_off));
+          InBothOrders([&] {
+            std::mt19937 rng(static_cast<uint32_t>(c.n * 3 + c.rows + (layer ? 1 : 0)));
+            const size_t off = c.off * ElemBytes(t);
+            const int64_t total = c.rows * c.n;
+            Array x(t, total, off), y(t, total, y_off * ElemBytes(t)), w(t, c.n, off);
+            Array b(t, c.n, off), out(t, total, off);
+            // The unfused norm's out sits where the fused one's does (on y when in place): its
+            // alignment chooses the vector width of both.
+            const size_t out_off = c.in_place ? y_off * ElemBytes(t) : off;
+            Array x2(t, total, off), y2(t, total, y_off * ElemBytes(t)), out2(t, total, out_off);
+            x.Fill(rng, 1.0f, 3.0f);
+            y.Fill(rng, -1.0f, 1.0f);
+            w.Fill(rng, 0.5f, 1.5f);
+            b.Fill(rng, -1.0f, 1.0f);
+            for (int64_t i = 0; i < total; ++i) {
+              x2.SetBits(i, x.Bits(i));
+              y2.SetBits(i, y.Bits(i));
+            }
+            // Unfused: x2 += y2, then the norm of x2 into out2.
+            ExpectLaunched(cuda::LaunchAdd(x2.p(), y2.p(), t, total, nullptr));
+            if (layer) {
+              ExpectLaunched(cuda::LaunchLayerNorm(x2.p(), w.p(), b.p(), out2.p(), t, c.rows, c.n,
+                                                   eps, nullptr));
+            } else {
+              ExpectLaunched(
+                  cuda::LaunchRmsNorm(x2.p(), w.p(), out2.p(), t, c.rows, c.n, eps, nullptr));
+            }
+            Array& o = c.in_place ? y : out;
+            ExpectLaunched(cuda::LaunchAddNorm(x.p(), y.p(), w.p(), layer ? b.p() : nullptr, o.p(),
+                                               t, c.rows, c.n, eps, nullptr));
+            Misses sum("sum"), normed("out");
+            for (int64_t i = 0; i < total; ++i) {
+              sum.Bits(i, x.Bits(i), x2.Bits(i));
+              normed.Bits(i, o.Bits(i), out2.Bits(i));
+            }
+            EXPECT_TRUE(x.GuardsUntouched());
+            EXPECT_TRUE(o.GuardsUntouched());
+          });
+        }
+      }
+    }
+  }
+}
+
 // ---- LaunchRope ----
 
 // Rotate-half RoPE with the backend's inv_freq (theta^(-2i/d) in double) and the contract's
