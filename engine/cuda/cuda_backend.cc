@@ -1,7 +1,8 @@
 // The CUDA backend: stream-ordered pool memory, cuBLASLt GEMMs and the kernels of
-// elementwise_kernels.cu and attention_kernels.cu (ALiBi attention and AttendBiased: the kernel of
-// biased_attention_kernels.cu, from cuda_biased_attention.cc), with one stream per host thread
-// (see engine/core/backend.h, "Concurrency", and cuda_backend_impl.h).
+// elementwise_kernels.cu and attention_kernels.cu (ALiBi attention and AttendBiased go through
+// biased_attention_kernels.cu, from cuda_biased_attention.cc: the flash kernel's bias variants, or
+// the scalar biased kernel where those do not apply), with one stream per host thread (see
+// engine/core/backend.h, "Concurrency", and cuda_backend_impl.h).
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
