@@ -839,6 +839,13 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (exec == nullptr) return Refuse(cudaErrorInvalidValue, "cudaGraphLaunch without a graph");
   if (simt::IsCapturing(stream)) return simt::BreakCapture(stream, "cudaGraphLaunch");
   simt::CountHostLaunch();
+  // An injected fault hits a graph's launch as it hits a kernel's: the graph's kernels fault.
+  if (simt::TakeInjectedFault()) {
+    return simt::Submit(stream, [] {
+      simt::SetWorkError(cudaErrorIllegalAddress);
+      return std::string("injected fault: an illegal memory access in a graph");
+    });
+  }
   // The whole graph is one piece of stream work: its nodes run in the order they were captured,
   // and the first failure stops it (and kills the device, as any failed work does).
   return simt::Submit(stream, [work = exec->work, memory = exec->memory] {
