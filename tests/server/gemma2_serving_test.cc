@@ -25,6 +25,7 @@
 #include "manyshot/v1/manyshot.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "server/server_app.h"
+#include "tests/engine/model/temp_dir.h"
 
 namespace manyshot::server {
 namespace {
@@ -35,23 +36,7 @@ using nlohmann::json;
 constexpr double kTolerance = 1e-4;  // the goldens' tolerance
 constexpr char kMetaspace[] = "\xE2\x96\x81";
 
-// A fresh directory under the build tree, removed at the end.
-class ScratchDir {
- public:
-  ScratchDir() {
-    path_ = fs::path(MANYSHOT_BINARY_DIR) / "gemma2_serving_test" / std::to_string(::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using manyshot::testing::TempDir;
 
 // Gemma's tokenizer.json layout (transformers' GemmaConverter): <pad> 0, <eos> 1, <bos> 2, <unk> 3
 // and the turn markers as added tokens; normalizer Replace(" " -> "▁") and no pre-tokenizer; BPE
@@ -314,7 +299,7 @@ grpc::Status CreateTask(v1::ManyShot::Stub& stub) {
 }
 
 TEST(Gemma2ServingTest, ClassifyAndScoreEqualTheReference) {
-  ScratchDir dir;
+  TempDir dir("gemma2_serving_");
   const fs::path model_dir = WriteTinyGemma2(dir.path());
   const EngineTokens tokens = TokensOf(model_dir);
   ASSERT_EQ(tokens.classify.size(), kInputs.size());

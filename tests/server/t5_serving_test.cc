@@ -31,6 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "server/api_to_engine.h"
 #include "server/server_app.h"
+#include "tests/engine/model/temp_dir.h"
 #include "tests/engine/support/unigram_tokenizer_json.h"
 
 namespace manyshot::server {
@@ -38,24 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the build tree, removed at the end.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& name) {
-    path_ = fs::path(MANYSHOT_BINARY_DIR) / "t5_serving_test" /
-            (name + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using manyshot::testing::TempDir;
 
 // T5's special ids (pad 0, eos 1, unk 2), then "▁", letters, digits, punctuation and some words,
 // each scored so that whole words win over letters, then fillers to the model's vocabulary size.
@@ -292,7 +276,7 @@ void ExpectClassifyEqualsEngine(const v1::ClassifyResponse& response,
 class T5ServingTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(T5ServingTest, ConventionalTaskAnswersAsTheEngine) {
-  ScratchDir dir(GetParam() ? "conv_v1_1" : "conv_v1_0");
+  TempDir dir(GetParam() ? "t5_conv_v1_1_" : "t5_conv_v1_0_");
   const fs::path model_dir = WriteTinyT5(dir.path(), GetParam());
   Running server = Start(ConfigFor(dir.path() / "data", model_dir));
   ASSERT_TRUE(server.app);
@@ -410,7 +394,7 @@ TEST_P(T5ServingTest, ConventionalTaskAnswersAsTheEngine) {
 }
 
 TEST_P(T5ServingTest, SaiclFidEnsembleGroupFidAnswerAsTheEngineAndIgnoreOrder) {
-  ScratchDir dir(GetParam() ? "modes_v1_1" : "modes_v1_0");
+  TempDir dir(GetParam() ? "t5_modes_v1_1_" : "t5_modes_v1_0_");
   const fs::path model_dir = WriteTinyT5(dir.path(), GetParam());
   Running server = Start(ConfigFor(dir.path() / "data", model_dir));
   ASSERT_TRUE(server.app);
@@ -555,7 +539,7 @@ void ExpectGenerationEquals(const ServerGeneration& got, const GenerationOutput&
 }
 
 TEST_P(T5ServingTest, BeamSearchAndStopStringsGenerateAsGenerateT5) {
-  ScratchDir dir(GetParam() ? "beam_v1_1" : "beam_v1_0");
+  TempDir dir(GetParam() ? "t5_beam_v1_1_" : "t5_beam_v1_0_");
   const fs::path model_dir = WriteTinyT5(dir.path(), GetParam());
   Running server = Start(ConfigFor(dir.path() / "data", model_dir));
   ASSERT_TRUE(server.app);
@@ -641,7 +625,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, T5ServingTest, ::testing::Values(false, true),
                          [](const auto& param_info) { return param_info.param ? "v1_1" : "v1_0"; });
 
 TEST(T5ServingRefusalsTest, DecoderOnlyModesOnT5AreFailedPreconditionNamingTheMode) {
-  ScratchDir dir("refusals_t5");
+  TempDir dir("refusals_t5");
   const fs::path model_dir = WriteTinyT5(dir.path(), false);
   Running server = Start(ConfigFor(dir.path() / "data", model_dir));
   ASSERT_TRUE(server.app);
@@ -676,7 +660,7 @@ TEST(T5ServingRefusalsTest, DecoderOnlyModesOnT5AreFailedPreconditionNamingTheMo
 }
 
 TEST(T5ServingRefusalsTest, EncoderDecoderModesOnADecoderOnlyModelAreFailedPrecondition) {
-  ScratchDir dir("refusals_gpt2");
+  TempDir dir("refusals_gpt2");
   ServerConfig config = ConfigFor(dir.path() / "data", "");
   config.default_tokenizer_dir = MANYSHOT_GPT2_TOKENIZER_DIR;
   Running server = Start(config);
@@ -698,7 +682,7 @@ TEST(T5ServingRefusalsTest, EncoderDecoderModesOnADecoderOnlyModelAreFailedPreco
 }
 
 TEST(T5ServingRestartTest, TaskSurvivesARestartAndAnswersTheSame) {
-  ScratchDir dir("restart");
+  TempDir dir("restart");
   const fs::path model_dir = WriteTinyT5(dir.path(), true);
   const ServerConfig config = ConfigFor(dir.path() / "data", model_dir);
   v1::ClassifyResponse before;
