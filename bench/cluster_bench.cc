@@ -10,14 +10,9 @@
 //   this process on the same directory, against B's median batch-1 Classify latency.
 // - proxy: median batch-1 Classify latency through HAProxy (deploy/proxy/haproxy.cfg.template)
 //   against the same calls straight to the replica HAProxy sends the task to, in alternating
-//   rounds (--repeats; skipped without haproxy).
+//   rounds (--repeats; skipped without haproxy). HAProxy is ready once a health check went
+//   through it; a proxied call that still fails fails the bench, with HAProxy's log.
 // The latency figures come from the f32 pair, which is stopped before the bf16 pair starts.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,11 +22,11 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
+#include "bench/bench_haproxy.h"
 #include "bench/bench_server.h"
 #include "bench/decoder_models.h"
 #include "bench/percentile.h"
@@ -41,8 +36,6 @@
 #include "cache/shared/shared_directory.h"
 #include "grpcpp/grpcpp.h"
 #include "manyshot/v1/manyshot.grpc.pb.h"
-
-extern char** environ;
 
 namespace manyshot::bench {
 namespace {
@@ -120,42 +113,6 @@ struct Pair {
     if (b.pid > 0) StopBenchServer(b);
   }
 };
-
-// A port free on 127.0.0.1 a moment ago (the kernel's pick for port 0).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-// HAProxy on the rendered template in front of `replicas`; its pid, or -1.
-pid_t StartHaproxy(const fs::path& dir, int port, const std::vector<std::string>& replicas) {
-  std::string render = absl::StrCat(
-      "/bin/sh ", MANYSHOT_SOURCE_DIR,
-      "/deploy/proxy/render-haproxy-cfg.sh --metrics 127.0.0.1:", FreePort(), " 127.0.0.1:", port);
-  for (const std::string& r : replicas) absl::StrAppend(&render, " ", r);
-  absl::StrAppend(&render, " > ", (dir / "haproxy.cfg").string());
-  if (std::system(render.c_str()) != 0) return -1;
-  const std::string cfg = (dir / "haproxy.cfg").string();
-  const std::string log = (dir / "haproxy.log").string();
-  std::vector<std::string> argv = {
-      "/bin/sh", "-c", "exec /usr/sbin/haproxy -W -db -f " + cfg + " > " + log + " 2>&1"};
-  std::vector<char*> args;
-  for (std::string& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, args.data(), environ) != 0) return -1;
-  return pid;
-}
 
 struct DtypeFigures {
   double encode_s = 0;   // CreateTask on A + its first answer
@@ -244,10 +201,9 @@ double ClassifyCallsServed(const BenchServer& server) {
   return total;
 }
 
-// Batch-1 latency, revalidation and proxy figures on a running pair.
-void AddLatencyFigures(const BenchOptions& options, const fs::path& root, const Pair& pair,
-                       const std::vector<Example>& test, Report& report) {
-  // Consistency: one revalidation per request, against a batch-1 request.
+// Batch-1 latency and the revalidation it includes, on a running pair.
+void AddConsistencyFigures(const fs::path& root, const Pair& pair, const std::vector<Example>& test,
+                           Report& report) {
   auto stub_b = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", pair.b.grpc_port)));
   const double request_s = MedianLatency(*stub_b, test);
   const double revalidation_us = RevalidationMicros(root / "shared");
@@ -256,45 +212,44 @@ void AddLatencyFigures(const BenchOptions& options, const fs::path& root, const 
   if (request_s > 0 && revalidation_us > 0) {
     report.Add("revalidation_share_of_request", revalidation_us * 1e-6 / request_s);
   }
+}
 
-  // Through HAProxy vs direct, alternating rounds.
+// Batch-1 latency through HAProxy against the same calls straight to the replica it picks, in
+// alternating rounds. An error when no call gets through.
+absl::Status AddProxyFigures(const BenchOptions& options, const fs::path& root, const Pair& pair,
+                             const std::vector<Example>& test, Report& report) {
   if (access("/usr/sbin/haproxy", X_OK) != 0) {
     report.AddText("proxy", "skipped: /usr/sbin/haproxy is not installed");
-    return;
+    return absl::OkStatus();
   }
-  const int port = FreePort();
-  const pid_t haproxy = StartHaproxy(
-      root, port,
-      {absl::StrCat("127.0.0.1:", pair.a.grpc_port), absl::StrCat("127.0.0.1:", pair.b.grpc_port)});
-  auto via = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", port)));
-  double proxied = -1;
-  for (int wait = 0; wait < 100 && proxied < 0; ++wait) {
-    proxied = TimedClassify(*via, test[0].text);
-    if (proxied < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  auto proxy = BenchHaproxy::Start(
+      root / "haproxy",
+      {absl::StrCat("127.0.0.1:", pair.a.grpc_port), absl::StrCat("127.0.0.1:", pair.b.grpc_port)},
+      std::chrono::seconds(60));
+  if (!proxy.ok()) return proxy.status();
+  auto via = v1::ManyShot::NewStub(ProxyClientChannel((*proxy)->address()));
   // The proxy keeps the task on one replica (hashing on its id): compared with calls straight to
   // that replica, so that the two replicas' different loads (B may still be writing its local
   // copy) do not pass for a proxy cost.
   const double a_before = ClassifyCallsServed(pair.a);
-  const bool warmed = TimedClassify(*via, test[0].text) >= 0;
+  if (TimedClassify(*via, test[0].text) < 0) {
+    return absl::UnavailableError("a Classify through HAProxy failed\n--- haproxy.log:\n" +
+                                  (*proxy)->Log());
+  }
   const bool via_a = ClassifyCallsServed(pair.a) > a_before;
   const BenchServer& served = via_a ? pair.a : pair.b;
   auto direct_stub = v1::ManyShot::NewStub(ChannelTo(absl::StrCat("127.0.0.1:", served.grpc_port)));
   std::vector<double> direct_rounds, proxy_rounds, ratios;
-  for (int round = 0; warmed && round < std::max(1, options.repeats); ++round) {
+  for (int round = 0; round < std::max(1, options.repeats); ++round) {
     direct_rounds.push_back(MedianLatency(*direct_stub, test));
     proxy_rounds.push_back(MedianLatency(*via, test));
     if (direct_rounds.back() > 0 && proxy_rounds.back() > 0) {
       ratios.push_back(proxy_rounds.back() / direct_rounds.back());
     }
   }
-  if (haproxy > 0) {
-    kill(haproxy, SIGTERM);
-    waitpid(haproxy, nullptr, 0);
-  }
   if (ratios.empty()) {
-    report.AddText("proxy", "failed: no round of calls through HAProxy succeeded");
-    return;
+    return absl::UnavailableError("no round of calls, direct and through HAProxy, succeeded\n" +
+                                  std::string("--- haproxy.log:\n") + (*proxy)->Log());
   }
   report.AddText("proxy_replica", via_a ? "a" : "b");
   report.Add("batch1_direct_ms", Percentile(direct_rounds, 0.5) * 1e3, "ms");
@@ -304,6 +259,7 @@ void AddLatencyFigures(const BenchOptions& options, const fs::path& root, const 
   report.Add("proxy_over_direct", Percentile(ratios, 0.5), "x");
   report.Add("proxy_over_direct_min", *std::min_element(ratios.begin(), ratios.end()), "x");
   report.Add("proxy_over_direct_max", *std::max_element(ratios.begin(), ratios.end()), "x");
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -342,7 +298,12 @@ int RunClusterBench(const BenchOptions& options) {
       report.Add(dtype + "_encode_first_answer_seconds", f.encode_s, "s");
       report.Add(dtype + "_restore_first_answer_seconds", f.restore_s, "s");
       report.Add(dtype + "_restore_speedup", f.encode_s / f.restore_s, "x");
-      if (dtype == "f32") AddLatencyFigures(options, tmp / dtype, pair, *test, report);
+      if (dtype == "f32") {
+        AddConsistencyFigures(tmp / dtype, pair, *test, report);
+        if (absl::Status s = AddProxyFigures(options, tmp / dtype, pair, *test, report); !s.ok()) {
+          return Fail("proxy: " + s.ToString());
+        }
+      }
     }  // the pair stops here: a GPT-2-small pair holds gigabytes of KV
     fs::remove_all(tmp / dtype);
   }

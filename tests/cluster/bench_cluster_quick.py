@@ -44,6 +44,8 @@ def main():
         errors.append(f"--quick ran shape {report.get('shape')!r} with {report.get('shots')} shots")
     for message in errors:
         print(f"FAIL: {message}", file=sys.stderr)
+    if errors:
+        print(f"--- the bench's stderr:\n{result.stderr}", file=sys.stderr)
     if not errors:
         print(f"ok: {len(FIGURES)} figures, e.g. f32_restore_speedup "
               f"{report['f32_restore_speedup']:.1f}")
