@@ -200,14 +200,73 @@ __global__ void EmbeddingAddKernel(const int32_t* ids, int64_t tokens, const T* 
 
 // Norm kernels: one block per row (rows strided over the grid), V elements per access; the
 // launcher picks V = 16 / sizeof(T) when n is a multiple of it and every base pointer is 16-byte
-// aligned (then every row start is too), else V = 1.
+// aligned (then every row start is too), else V = 1. The three kernels share the row steps below,
+// so a fused kernel gives the bits of the ones it replaces.
+
+// What a row is normed with: out = (x - mean) * inv * w (+ b).
+struct NormStats {
+  float mean = 0.0f;  // 0 for RMSNorm
+  float inv = 0.0f;   // 1 / std (LayerNorm) or 1 / rms (RMSNorm)
+};
+
+// RMSNorm's statistics from each thread's partial sum of squares.
+__device__ NormStats RmsStats(float sum_of_squares, int64_t n, float eps) {
+  NormStats s;
+  const float ss = BlockSum(sum_of_squares);
+  s.inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  return s;
+}
+
+// LayerNorm's statistics from each thread's partial sum of the row: the mean, then a second pass
+// over the squared deviations, as the CPU reference does.
+template <typename T, int V>
+__device__ NormStats LayerStats(const Pack<T, V>* xr, int64_t packs, float sum, int64_t n,
+                                float eps) {
+  NormStats s;
+  s.mean = BlockSum(sum) / static_cast<float>(n);
+  float sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+    const Pack<T, V> p = xr[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float d = ToF32(p.v[j]) - s.mean;
+      sq += d * d;
+    }
+  }
+  const float var = BlockSum(sq) / static_cast<float>(n);
+  s.inv = 1.0f / sqrtf(var + eps);
+  return s;
+}
+
+// Writes the normed row: (x - mean) * inv * w + b (LayerNorm) or x * inv * w (RMSNorm). Each
+// element is read and then written by the same thread, so out may alias x.
+template <typename T, int V, bool kLayer>
+__device__ void WriteNormedRow(const Pack<T, V>* xr, const Pack<T, V>* wp, const Pack<T, V>* bp,
+                               Pack<T, V>* orow, int64_t packs, NormStats s) {
+  for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+    const Pack<T, V> p = xr[i];
+    const Pack<T, V> g = wp[i];
+    Pack<T, V> o;
+    if constexpr (kLayer) {
+      const Pack<T, V> c = bp[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        o.v[j] = FromF32<T>((ToF32(p.v[j]) - s.mean) * s.inv * ToF32(g.v[j]) + ToF32(c.v[j]));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = FromF32<T>(ToF32(p.v[j]) * s.inv * ToF32(g.v[j]));
+    }
+    orow[i] = o;
+  }
+}
+
 template <typename T, int V>
 __global__ void RmsNormKernel(const T* x, const T* w, T* out, int64_t rows, int64_t n, float eps) {
   const int64_t packs = n / V;
   const auto* wp = reinterpret_cast<const Pack<T, V>*>(w);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const auto* xr = reinterpret_cast<const Pack<T, V>*>(x + r * n);
-    auto* orow = reinterpret_cast<Pack<T, V>*>(out + r * n);
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
       const Pack<T, V> p = xr[i];
@@ -217,17 +276,8 @@ __global__ void RmsNormKernel(const T* x, const T* w, T* out, int64_t rows, int6
         ss += v * v;
       }
     }
-    ss = BlockSum(ss);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-    // Each element is read and then written by the same thread, so out may alias x.
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const Pack<T, V> p = xr[i];
-      const Pack<T, V> g = wp[i];
-      Pack<T, V> o;
-#pragma unroll
-      for (int j = 0; j < V; ++j) o.v[j] = FromF32<T>(ToF32(p.v[j]) * inv * ToF32(g.v[j]));
-      orow[i] = o;
-    }
+    WriteNormedRow<T, V, false>(xr, wp, nullptr, reinterpret_cast<Pack<T, V>*>(out + r * n), packs,
+                                RmsStats(ss, n, eps));
   }
 }
 
@@ -239,37 +289,14 @@ __global__ void LayerNormKernel(const T* x, const T* w, const T* b, T* out, int6
   const auto* bp = reinterpret_cast<const Pack<T, V>*>(b);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const auto* xr = reinterpret_cast<const Pack<T, V>*>(x + r * n);
-    auto* orow = reinterpret_cast<Pack<T, V>*>(out + r * n);
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
       const Pack<T, V> p = xr[i];
 #pragma unroll
       for (int j = 0; j < V; ++j) sum += ToF32(p.v[j]);
     }
-    const float mean = BlockSum(sum) / static_cast<float>(n);
-    // Two passes (mean, then squared deviations) as the CPU reference does.
-    float sq = 0.0f;
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const Pack<T, V> p = xr[i];
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float d = ToF32(p.v[j]) - mean;
-        sq += d * d;
-      }
-    }
-    const float var = BlockSum(sq) / static_cast<float>(n);
-    const float inv = 1.0f / sqrtf(var + eps);
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const Pack<T, V> p = xr[i];
-      const Pack<T, V> g = wp[i];
-      const Pack<T, V> c = bp[i];
-      Pack<T, V> o;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        o.v[j] = FromF32<T>((ToF32(p.v[j]) - mean) * inv * ToF32(g.v[j]) + ToF32(c.v[j]));
-      }
-      orow[i] = o;
-    }
+    WriteNormedRow<T, V, true>(xr, wp, bp, reinterpret_cast<Pack<T, V>*>(out + r * n), packs,
+                               LayerStats(xr, packs, sum, n, eps));
   }
 }
 
@@ -289,7 +316,6 @@ __global__ void AddNormKernel(T* x, const T* y, const T* w, const T* b, T* out, 
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     auto* xr = reinterpret_cast<Pack<T, V>*>(x + r * n);
     const T* yr = y + r * n;
-    auto* orow = reinterpret_cast<Pack<T, V>*>(out + r * n);
     float sum = 0.0f;  // of x (LayerNorm) or of x^2 (RMSNorm)
     for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
       Pack<T, V> p = xr[i];
@@ -305,40 +331,10 @@ __global__ void AddNormKernel(T* x, const T* y, const T* w, const T* b, T* out, 
       }
       xr[i] = p;
     }
-    float mean = 0.0f, inv;
-    if constexpr (kLayer) {
-      mean = BlockSum(sum) / static_cast<float>(n);
-      float sq = 0.0f;
-      for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-        const Pack<T, V> p = xr[i];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float d = ToF32(p.v[j]) - mean;
-          sq += d * d;
-        }
-      }
-      const float var = BlockSum(sq) / static_cast<float>(n);
-      inv = 1.0f / sqrtf(var + eps);
-    } else {
-      sum = BlockSum(sum);
-      inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
-    }
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const Pack<T, V> p = xr[i];
-      const Pack<T, V> g = wp[i];
-      Pack<T, V> o;
-      if constexpr (kLayer) {
-        const Pack<T, V> c = bp[i];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          o.v[j] = FromF32<T>((ToF32(p.v[j]) - mean) * inv * ToF32(g.v[j]) + ToF32(c.v[j]));
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) o.v[j] = FromF32<T>(ToF32(p.v[j]) * inv * ToF32(g.v[j]));
-      }
-      orow[i] = o;
-    }
+    const NormStats stats =
+        kLayer ? LayerStats<T, V>(xr, packs, sum, n, eps) : RmsStats(sum, n, eps);
+    WriteNormedRow<T, V, kLayer>(xr, wp, bp, reinterpret_cast<Pack<T, V>*>(out + r * n), packs,
+                                 stats);
   }
 }
 
