@@ -367,34 +367,64 @@ void Backend::LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bia
       [&] { return x.numel() == 0 ? absl::OkStatus() : LayerNormImpl(x, weight, bias, eps, out); });
 }
 
+namespace {
+
+// Linear's arguments (LinearActivation's too): out = x W (+ bias).
+void CheckLinear(Checker& c, Backend& backend, const Tensor& x, const Tensor& weight,
+                 WeightLayout layout, const Tensor& bias, const Tensor& out) {
+  const Device device = backend.device();
+  c.Defined(x, "x").Defined(weight, "weight").Defined(out, "out");
+  c.On(x, device, "x").On(weight, device, "weight").On(bias, device, "bias");
+  c.On(out, device, "out").Float(x, "x").Float(weight, "weight");
+  c.WeightDType(backend, x, weight, "x", "weight");
+  c.SameDType(x, bias, "x", "bias").Rank(weight, 2, "weight");
+  c.That(out.dtype() == x.dtype() || out.dtype() == DType::kF32, [&] {
+    return absl::StrCat("out ", Describe(out), " must be ", std::string(DTypeName(x.dtype())),
+                        " or f32");
+  });
+  if (!c.status().ok()) return;
+  const int64_t in = layout == WeightLayout::kOutIn ? weight.dim(1) : weight.dim(0);
+  const int64_t outf = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
+  c.That(LastDim(x) == in, [&] {
+    return absl::StrCat("x ", Describe(x), " does not match weight ", Describe(weight));
+  });
+  c.That(LastDim(out) == outf && LeadingRows(out) == LeadingRows(x), [&] {
+    return absl::StrCat("out ", Describe(out), " must be [", LeadingRows(x), ", ", outf, "]");
+  });
+  c.That(!bias.defined() || bias.numel() == outf, "bias must have the output dimension");
+}
+
+}  // namespace
+
 void Backend::Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
                      const Tensor& out) {
   Dispatch(
-      "Linear",
-      [&](Checker& c) {
-        c.Defined(x, "x").Defined(weight, "weight").Defined(out, "out");
-        c.On(x, device(), "x").On(weight, device(), "weight").On(bias, device(), "bias");
-        c.On(out, device(), "out").Float(x, "x").Float(weight, "weight");
-        c.WeightDType(*this, x, weight, "x", "weight");
-        c.SameDType(x, bias, "x", "bias").Rank(weight, 2, "weight");
-        c.That(out.dtype() == x.dtype() || out.dtype() == DType::kF32, [&] {
-          return absl::StrCat("out ", Describe(out), " must be ", std::string(DTypeName(x.dtype())),
-                              " or f32");
-        });
-        if (!c.status().ok()) return;
-        const int64_t in = layout == WeightLayout::kOutIn ? weight.dim(1) : weight.dim(0);
-        const int64_t outf = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
-        c.That(LastDim(x) == in, [&] {
-          return absl::StrCat("x ", Describe(x), " does not match weight ", Describe(weight));
-        });
-        c.That(LastDim(out) == outf && LeadingRows(out) == LeadingRows(x), [&] {
-          return absl::StrCat("out ", Describe(out), " must be [", LeadingRows(x), ", ", outf, "]");
-        });
-        c.That(!bias.defined() || bias.numel() == outf, "bias must have the output dimension");
-      },
+      "Linear", [&](Checker& c) { CheckLinear(c, *this, x, weight, layout, bias, out); },
       [&] {
         return LeadingRows(x) == 0 ? absl::OkStatus() : LinearImpl(x, weight, layout, bias, out);
       });
+}
+
+void Backend::LinearActivation(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                               const Tensor& bias, GemmActivation activation, const Tensor& out) {
+  Dispatch(
+      "LinearActivation",
+      [&](Checker& c) {
+        CheckLinear(c, *this, x, weight, layout, bias, out);
+        c.That(activation == GemmActivation::kGeluTanh || activation == GemmActivation::kRelu,
+               "unknown activation");
+      },
+      [&] {
+        return LeadingRows(x) == 0 ? absl::OkStatus()
+                                   : LinearActivationImpl(x, weight, layout, bias, activation, out);
+      });
+}
+
+absl::Status Backend::LinearActivationImpl(const Tensor& x, const Tensor& weight,
+                                           WeightLayout layout, const Tensor& bias,
+                                           GemmActivation activation, const Tensor& out) {
+  if (absl::Status s = LinearImpl(x, weight, layout, bias, out); !s.ok()) return s;
+  return activation == GemmActivation::kRelu ? ReluImpl(out) : GeluTanhImpl(out);
 }
 
 void Backend::Rope(const Tensor& x, const Tensor& positions, const RopeTable& table) {

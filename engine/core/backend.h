@@ -50,6 +50,12 @@ enum class WeightLayout : uint8_t {
   kInOut = 1,  // [in, out]: GPT-2 Conv1D: y = x W
 };
 
+// An activation applied to a Linear's output (LinearActivation).
+enum class GemmActivation : uint8_t {
+  kGeluTanh = 0,  // as GeluTanh
+  kRelu = 1,      // as Relu
+};
+
 // One sequence of the batch in an attention call. Its query rows are q[q_begin, q_begin + q_len);
 // its own keys/values are rows [0, kv_len) of k/v (shape [capacity, kv_heads, head_dim], any
 // float dtype, k and v alike); the query rows are its last q_len keys, and each attends causally
@@ -213,6 +219,12 @@ class Backend {
   // weight in x's dtype or a supported weight dtype (SupportsWeightDType).
   void Linear(const Tensor& x, const Tensor& weight, WeightLayout layout, const Tensor& bias,
               const Tensor& out);
+  // Linear, then `activation` in place on out (arguments as Linear's). CUDA runs both in the
+  // GEMM where cuBLASLt has a kernel with its GELU or ReLU epilogue, which adds the bias and
+  // applies the activation in f32 before out is rounded once (so a 16-bit out can differ from
+  // the two ops by that rounding); elsewhere it is the two ops.
+  void LinearActivation(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                        const Tensor& bias, GemmActivation activation, const Tensor& out);
   // Rotate-half RoPE in place on x [T, heads, head_dim] at positions (kI32 [T]): pair i turns by
   // positions[t] * table.inv_freq[i] (head_dim / 2 values), cos/sin times table.attention_factor.
   void Rope(const Tensor& x, const Tensor& positions, const RopeTable& table);
@@ -278,6 +290,10 @@ class Backend {
                                   const Tensor& bias, const Tensor& out) = 0;
   virtual absl::Status RopeImpl(const Tensor& x, const Tensor& positions,
                                 const RopeTable& table) = 0;
+  // Default: LinearImpl, then GeluTanhImpl / ReluImpl on out.
+  virtual absl::Status LinearActivationImpl(const Tensor& x, const Tensor& weight,
+                                            WeightLayout layout, const Tensor& bias,
+                                            GemmActivation activation, const Tensor& out);
   virtual absl::Status GeluTanhImpl(const Tensor& x) = 0;
   virtual absl::Status GeluErfImpl(const Tensor& x) = 0;
   virtual absl::Status SwiGluImpl(const Tensor& gate_up, const Tensor& out) = 0;

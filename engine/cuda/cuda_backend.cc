@@ -479,6 +479,20 @@ absl::Status CudaBackend::AddLayerNormImpl(const Tensor& x, const Tensor& y, con
 
 absl::Status CudaBackend::LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
                                      const Tensor& bias, const Tensor& out) {
+  return RunLinear(x, weight, layout, bias, std::nullopt, out);
+}
+
+absl::Status CudaBackend::LinearActivationImpl(const Tensor& x, const Tensor& weight,
+                                               WeightLayout layout, const Tensor& bias,
+                                               GemmActivation activation, const Tensor& out) {
+  return RunLinear(x, weight, layout, bias, activation, out);
+}
+
+// One GEMM with whatever of the bias and the activation its cuBLASLt epilogue takes; the rest in
+// passes after it.
+absl::Status CudaBackend::RunLinear(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                                    const Tensor& bias, std::optional<GemmActivation> activation,
+                                    const Tensor& out) {
   MANYSHOT_CUDA_STATE(state);
   const int64_t in = cuda_internal::LastDim(x);
   const int64_t out_features = layout == WeightLayout::kOutIn ? weight.dim(0) : weight.dim(1);
@@ -501,6 +515,7 @@ absl::Status CudaBackend::LinearImpl(const Tensor& x, const Tensor& weight, Weig
   const void* bias_ptr = bias.defined() ? bias.raw() : nullptr;
   key.bias = bias_ptr != nullptr;
   key.align_bias = bias_ptr != nullptr ? cuda_internal::PointerAlignment(bias_ptr) : 256;
+  key.activation = activation;
   absl::StatusOr<cuda_internal::GemmPlan*> plan = state->Plan(key, bias_ptr);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<void*> workspace = state->GemmWorkspace();
@@ -508,12 +523,17 @@ absl::Status CudaBackend::LinearImpl(const Tensor& x, const Tensor& weight, Weig
   absl::Status s = (*plan)->Run(state->lt, x.raw(), weight.raw(), bias_ptr, out.raw(), *workspace,
                                 state->stream);
   if (!s.ok()) return s;
-  if (!bias.defined() || (*plan)->bias_in_epilogue()) return absl::OkStatus();
-  // A separate pass adding the bias in f32 (f32 out: the CPU's order, GEMM then += bias; a 16-bit
-  // out only lands here when cuBLASLt has no bias-epilogue kernel, and is then rounded twice).
-  return Launched("Linear bias",
-                  cuda::LaunchAddBias(out.raw(), ElemTypeOf(out.dtype()), bias.raw(),
-                                      ElemTypeOf(bias.dtype()), rows, out_features, state->stream));
+  if (bias.defined() && !(*plan)->bias_in_epilogue()) {
+    // A separate pass adding the bias in f32 (f32 out: the CPU's order, GEMM then += bias; a
+    // 16-bit out only lands here when cuBLASLt has no bias-epilogue kernel, and is then rounded
+    // twice).
+    s = Launched("Linear bias",
+                 cuda::LaunchAddBias(out.raw(), ElemTypeOf(out.dtype()), bias.raw(),
+                                     ElemTypeOf(bias.dtype()), rows, out_features, state->stream));
+    if (!s.ok()) return s;
+  }
+  if (!activation || (*plan)->activation_in_epilogue()) return absl::OkStatus();
+  return *activation == GemmActivation::kRelu ? ReluImpl(out) : GeluTanhImpl(out);
 }
 
 absl::Status CudaBackend::RopeImpl(const Tensor& x, const Tensor& positions,

@@ -11,6 +11,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -58,6 +59,8 @@ struct GemmKey {
   // A bias [out] of in_type is added; align_bias: the alignment of its pointer.
   bool bias = false;
   uint32_t align_bias = 256;
+  // An activation after the bias (LinearActivation): in the epilogue where cuBLASLt has one.
+  std::optional<GemmActivation> activation;
   bool operator==(const GemmKey& o) const = default;
   std::string ToString() const;
 };
@@ -87,12 +90,27 @@ class GemmPlan {
   // Whether Run adds the bias (cuBLASLt's bias epilogue, in f32 before the output is rounded);
   // otherwise the caller adds it.
   bool bias_in_epilogue() const { return bias_in_epilogue_; }
+  // Whether Run applies key.activation too (after the bias, before the rounding); otherwise the
+  // caller applies it after adding the bias.
+  bool activation_in_epilogue() const { return activation_in_epilogue_; }
 
  private:
   GemmPlan() = default;
+  // What the epilogue does beyond D = op(A) op(B).
+  struct Epilogue {
+    bool bias = false;
+    bool activation = false;
+  };
   static absl::StatusOr<std::unique_ptr<GemmPlan>> Build(cublasLtHandle_t handle,
                                                          const GemmKey& key, const void* bias,
-                                                         bool bias_epilogue, bool* no_algorithm);
+                                                         Epilogue epilogue, bool* no_algorithm);
+  // Build's steps: the matmul descriptor (transposes, epilogue, bias pointer), the matrix
+  // layouts, and the heuristic's algorithm (*no_algorithm when it found none).
+  absl::Status DescribeMatmul(Epilogue epilogue, const void* bias);
+  absl::Status DescribeLayouts();
+  absl::Status PickAlgorithm(cublasLtHandle_t handle, bool* no_algorithm);
+  // OK, or the cuBLASLt error of `op` naming this plan's shape.
+  absl::Status Check(const char* op, cublasStatus_t status) const;
 
   GemmKey key_;
   cublasLtMatmulDesc_t desc_ = nullptr;
@@ -101,6 +119,7 @@ class GemmPlan {
   cublasLtMatrixLayout_t d_ = nullptr;  // y (also C, with beta = 0)
   cublasLtMatmulAlgo_t algo_{};
   bool bias_in_epilogue_ = false;
+  bool activation_in_epilogue_ = false;
 };
 
 // What one host thread uses on one device: leased to a thread for its lifetime, then returned to
@@ -216,6 +235,9 @@ class CudaBackend final : public Backend {
                              const Tensor& out) override;
   absl::Status LinearImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
                           const Tensor& bias, const Tensor& out) override;
+  absl::Status LinearActivationImpl(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                                    const Tensor& bias, GemmActivation activation,
+                                    const Tensor& out) override;
   absl::Status RopeImpl(const Tensor& x, const Tensor& positions, const RopeTable& table) override;
   absl::Status GeluTanhImpl(const Tensor& x) override;
   absl::Status GeluErfImpl(const Tensor& x) override;
@@ -248,6 +270,10 @@ class CudaBackend final : public Backend {
   absl::Status ReplayImpl(const CapturedWork& work) override;
 
  private:
+  // Linear with an optional activation after the bias (LinearImpl, LinearActivationImpl).
+  absl::Status RunLinear(const Tensor& x, const Tensor& weight, WeightLayout layout,
+                         const Tensor& bias, std::optional<GemmActivation> activation,
+                         const Tensor& out);
   // Own (context == nullptr) or context attention, in launches of at most kMaxAttnSequences.
   absl::Status Attend(const Tensor& q, absl::Span<const AttentionSequence> sequences,
                       const AttentionContext* context, float scale, const AttentionState& out);

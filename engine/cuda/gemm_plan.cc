@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -49,9 +50,12 @@ std::string GemmKey::ToString() const {
   const std::string y_type(DTypeName(out_type));
   const std::string w = layout == WeightLayout::kOutIn ? absl::StrFormat("W[%d,%d]^T", out, in)
                                                        : absl::StrFormat("W[%d,%d]", in, out);
-  return absl::StrFormat("y[%d,%d] %s = x[%d,%d] %s * %s %s%s, alignment x/w/y %u/%u/%u%s", rows,
+  const std::string then = !activation                            ? ""
+                           : *activation == GemmActivation::kRelu ? ", then ReLU"
+                                                                  : ", then GELU";
+  return absl::StrFormat("y[%d,%d] %s = x[%d,%d] %s * %s %s%s%s, alignment x/w/y %u/%u/%u%s", rows,
                          out, y_type, rows, in, x_type, w, x_type,
-                         bias ? absl::StrFormat(" + bias[%d] %s", out, x_type) : "", align_x,
+                         bias ? absl::StrFormat(" + bias[%d] %s", out, x_type) : "", then, align_x,
                          align_w, align_y, bias ? absl::StrFormat("/bias %u", align_bias) : "");
 }
 
@@ -67,6 +71,7 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const {
   mix(static_cast<uint64_t>(k.align_x) | static_cast<uint64_t>(k.align_w) << 16 |
       static_cast<uint64_t>(k.align_y) << 32 | static_cast<uint64_t>(k.align_bias) << 48);
   mix(k.bias ? 1 : 0);
+  mix(k.activation ? 1 + static_cast<uint64_t>(*k.activation) : 0);
   return h;
 }
 
@@ -85,111 +90,145 @@ absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Create(cublasLtHandle_t hand
   // pass rounds only once anyway. The heuristic takes no alignment preference for the bias, and
   // the epilogue's kernels read it in vectors (others saw misaligned-address faults below 16
   // bytes), so a bias that is not 16-byte aligned (a view into a larger tensor) is added apart.
-  if (key.bias && key.in_type == key.out_type && key.align_bias >= 16) {
+  const bool bias_fits = key.bias && key.in_type == key.out_type && key.align_bias >= 16;
+  // The activation follows the bias: in the epilogue only when the bias is there too (or there is
+  // none). Each epilogue cuBLASLt has no kernel for falls back to the next: the caller does the
+  // rest.
+  std::vector<Epilogue> choices;
+  if (key.activation && (!key.bias || bias_fits)) choices.push_back({bias_fits, true});
+  if (bias_fits) choices.push_back({true, false});
+  for (const Epilogue& epilogue : choices) {
     bool no_algorithm = false;
     absl::StatusOr<std::unique_ptr<GemmPlan>> plan =
-        Build(handle, key, bias, /*bias_epilogue=*/true, &no_algorithm);
+        Build(handle, key, bias, epilogue, &no_algorithm);
     if (plan.ok() || !no_algorithm) return plan;
-    // No kernel for this shape with the epilogue: the caller adds the bias.
   }
   bool no_algorithm = false;
-  return Build(handle, key, nullptr, /*bias_epilogue=*/false, &no_algorithm);
+  return Build(handle, key, nullptr, Epilogue{}, &no_algorithm);
 }
+
+namespace {
+
+cublasLtEpilogue_t EpilogueOf(bool bias, std::optional<GemmActivation> activation) {
+  if (!activation) return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  // cuBLASLt's GELU is the tanh approximation (PyTorch's fused addmm-GELU falls back to
+  // gelu(approximate="tanh") where the epilogue is not used), so it stands for GeluTanh.
+  if (*activation == GemmActivation::kRelu) {
+    return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  }
+  return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Build(cublasLtHandle_t handle,
                                                           const GemmKey& key, const void* bias,
-                                                          bool bias_epilogue, bool* no_algorithm) {
+                                                          Epilogue epilogue, bool* no_algorithm) {
   std::unique_ptr<GemmPlan> plan(new GemmPlan());
   plan->key_ = key;
-  plan->bias_in_epilogue_ = bias_epilogue;
-  const std::string shape = key.ToString();
-  auto check = [&](const char* op, cublasStatus_t s) {
-    return s == CUBLAS_STATUS_SUCCESS ? absl::OkStatus() : CublasError(op, s, shape);
-  };
-  const uint64_t m = static_cast<uint64_t>(key.out);
-  const uint64_t n = static_cast<uint64_t>(key.rows);
-  const uint64_t k = static_cast<uint64_t>(key.in);
-  const cudaDataType_t in_type = CudaDataTypeOf(key.in_type);
-  const cudaDataType_t out_type = CudaDataTypeOf(key.out_type);
+  plan->bias_in_epilogue_ = epilogue.bias;
+  plan->activation_in_epilogue_ = epilogue.activation;
+  if (absl::Status s = plan->DescribeMatmul(epilogue, bias); !s.ok()) return s;
+  if (absl::Status s = plan->DescribeLayouts(); !s.ok()) return s;
+  if (absl::Status s = plan->PickAlgorithm(handle, no_algorithm); !s.ok()) return s;
+  return plan;
+}
+
+absl::Status GemmPlan::Check(const char* op, cublasStatus_t status) const {
+  return status == CUBLAS_STATUS_SUCCESS ? absl::OkStatus()
+                                         : CublasError(op, status, key_.ToString());
+}
+
+absl::Status GemmPlan::DescribeMatmul(Epilogue epilogue, const void* bias) {
   // CUBLAS_COMPUTE_32F (not ..._FAST_TF32): f32 GEMMs stay full f32 for parity with the CPU.
-  absl::Status s = check("cublasLtMatmulDescCreate",
-                         cublasLtMatmulDescCreate(&plan->desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  absl::Status s = Check("cublasLtMatmulDescCreate",
+                         cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   if (!s.ok()) return s;
   // One descriptor attribute, passed with the size of its value's type (cuBLASLt checks it).
   auto set_desc = [&](const char* op, cublasLtMatmulDescAttributes_t attribute, const auto& value) {
-    return check(op, cublasLtMatmulDescSetAttribute(plan->desc_, attribute, &value, sizeof(value)));
+    return Check(op, cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)));
   };
-  const cublasOperation_t trans_a = key.layout == WeightLayout::kOutIn ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_a = key_.layout == WeightLayout::kOutIn ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t trans_b = CUBLAS_OP_N;
   s = set_desc("cublasLtMatmulDescSetAttribute(TRANSA)", CUBLASLT_MATMUL_DESC_TRANSA, trans_a);
   if (!s.ok()) return s;
   s = set_desc("cublasLtMatmulDescSetAttribute(TRANSB)", CUBLASLT_MATMUL_DESC_TRANSB, trans_b);
   if (!s.ok()) return s;
-  if (bias_epilogue) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    s = set_desc("cublasLtMatmulDescSetAttribute(EPILOGUE)", CUBLASLT_MATMUL_DESC_EPILOGUE,
-                 epilogue);
-    if (!s.ok()) return s;
-    // The bias has length m (D's rows, our output features) and is broadcast over D's columns
-    // (our rows). Set now because the heuristic reads its alignment from the pointer.
-    s = set_desc("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                 bias);
+  if (epilogue.bias || epilogue.activation) {
+    const cublasLtEpilogue_t mode =
+        EpilogueOf(epilogue.bias, epilogue.activation ? key_.activation : std::nullopt);
+    s = set_desc("cublasLtMatmulDescSetAttribute(EPILOGUE)", CUBLASLT_MATMUL_DESC_EPILOGUE, mode);
     if (!s.ok()) return s;
   }
-  // Layouts describe the matrices as stored (before TRANSA/TRANSB).
-  if (key.layout == WeightLayout::kOutIn) {
-    s = check("cublasLtMatrixLayoutCreate(A)",
-              cublasLtMatrixLayoutCreate(&plan->a_, in_type, k, m, static_cast<int64_t>(k)));
-  } else {
-    s = check("cublasLtMatrixLayoutCreate(A)",
-              cublasLtMatrixLayoutCreate(&plan->a_, in_type, m, k, static_cast<int64_t>(m)));
-  }
-  if (!s.ok()) return s;
-  s = check("cublasLtMatrixLayoutCreate(B)",
-            cublasLtMatrixLayoutCreate(&plan->b_, in_type, k, n, static_cast<int64_t>(k)));
-  if (!s.ok()) return s;
-  s = check("cublasLtMatrixLayoutCreate(D)",
-            cublasLtMatrixLayoutCreate(&plan->d_, out_type, m, n, static_cast<int64_t>(m)));
-  if (!s.ok()) return s;
+  if (!epilogue.bias) return absl::OkStatus();
+  // The bias has length m (D's rows, our output features) and is broadcast over D's columns
+  // (our rows). Set now because the heuristic reads its alignment from the pointer.
+  return set_desc("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                  bias);
+}
 
+absl::Status GemmPlan::DescribeLayouts() {
+  const uint64_t m = static_cast<uint64_t>(key_.out);
+  const uint64_t n = static_cast<uint64_t>(key_.rows);
+  const uint64_t k = static_cast<uint64_t>(key_.in);
+  const cudaDataType_t in_type = CudaDataTypeOf(key_.in_type);
+  const cudaDataType_t out_type = CudaDataTypeOf(key_.out_type);
+  // Layouts describe the matrices as stored (before TRANSA/TRANSB).
+  absl::Status s;
+  if (key_.layout == WeightLayout::kOutIn) {
+    s = Check("cublasLtMatrixLayoutCreate(A)",
+              cublasLtMatrixLayoutCreate(&a_, in_type, k, m, static_cast<int64_t>(k)));
+  } else {
+    s = Check("cublasLtMatrixLayoutCreate(A)",
+              cublasLtMatrixLayoutCreate(&a_, in_type, m, k, static_cast<int64_t>(m)));
+  }
+  if (!s.ok()) return s;
+  s = Check("cublasLtMatrixLayoutCreate(B)",
+            cublasLtMatrixLayoutCreate(&b_, in_type, k, n, static_cast<int64_t>(k)));
+  if (!s.ok()) return s;
+  return Check("cublasLtMatrixLayoutCreate(D)",
+               cublasLtMatrixLayoutCreate(&d_, out_type, m, n, static_cast<int64_t>(m)));
+}
+
+absl::Status GemmPlan::PickAlgorithm(cublasLtHandle_t handle, bool* no_algorithm) {
   cublasLtMatmulPreference_t pref = nullptr;
-  s = check("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&pref));
+  absl::Status s = Check("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&pref));
   if (!s.ok()) return s;
   struct PrefGuard {
     cublasLtMatmulPreference_t p;
     ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
   } pref_guard{pref};
   const uint64_t workspace = kWorkspaceBytes;
-  s = check("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
+  s = Check("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &workspace, sizeof(workspace)));
   if (!s.ok()) return s;
   // The actual alignments: tensors may be row views at any offset, and the default (256) would
   // let the heuristic pick kernels that assume more than these pointers have.
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key_.align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key_.align_x},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key_.align_y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key_.align_y},
   };
   for (const auto& [attribute, value] : alignments) {
-    s = check("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)",
+    s = Check("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)",
               cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
     if (!s.ok()) return s;
   }
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  s = check("cublasLtMatmulAlgoGetHeuristic",
-            cublasLtMatmulAlgoGetHeuristic(handle, plan->desc_, plan->a_, plan->b_, plan->d_,
-                                           plan->d_, pref, 1, &result, &returned));
+  s = Check(
+      "cublasLtMatmulAlgoGetHeuristic",
+      cublasLtMatmulAlgoGetHeuristic(handle, desc_, a_, b_, d_, d_, pref, 1, &result, &returned));
   if (!s.ok()) return s;
   if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
     *no_algorithm = true;
     return CublasError("cublasLtMatmulAlgoGetHeuristic: no algorithm",
-                       returned < 1 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state, shape);
+                       returned < 1 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state, key_.ToString());
   }
-  plan->algo_ = result.algo;
-  return plan;
+  algo_ = result.algo;
+  return absl::OkStatus();
 }
 
 GemmPlan::~GemmPlan() {

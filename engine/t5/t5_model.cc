@@ -198,11 +198,11 @@ void T5Model::FeedForward(const Block& w, const Tensor& x, const Tensor& h, cons
                           const Tensor& act) const {
   Backend& b = *backend_;
   b.RmsNorm(x, w.ffn_norm, config_.layer_norm_epsilon, h);
-  b.Linear(h, w.up_w, WeightLayout::kOutIn, Tensor(), up);
   if (config_.feed_forward == T5FeedForward::kGatedGelu) {
+    b.Linear(h, w.up_w, WeightLayout::kOutIn, Tensor(), up);
     b.GeGlu(up, act);
-  } else {
-    b.Relu(up);
+  } else {  // act is up: the ReLU runs in the GEMM where the backend can fuse it
+    b.LinearActivation(h, w.up_w, WeightLayout::kOutIn, Tensor(), GemmActivation::kRelu, up);
   }
   b.Linear(act, w.down_w, WeightLayout::kOutIn, Tensor(), h);
   b.Add(x, h);

@@ -220,21 +220,24 @@ void ForwardPass::BuildAttention(size_t l, const LayerWeights& w, const Tensor& 
 }
 
 void ForwardPass::BuildFfn(const LayerWeights& w, const Tensor& in, const Tensor& out) {
-  b_.Linear(in, w.up_w, kHeld, w.up_b, up_);
+  // GELU (tanh) and ReLU run in the up projection's GEMM where the backend can fuse them.
   switch (traits_.activation) {
     case Activation::kSwiGlu:
+      b_.Linear(in, w.up_w, kHeld, w.up_b, up_);
       b_.SwiGlu(up_, act_);
       break;
     case Activation::kGeluTanh:
-      b_.GeluTanh(up_);
+      b_.LinearActivation(in, w.up_w, kHeld, w.up_b, GemmActivation::kGeluTanh, up_);
       break;
     case Activation::kRelu:
-      b_.Relu(up_);
+      b_.LinearActivation(in, w.up_w, kHeld, w.up_b, GemmActivation::kRelu, up_);
       break;
     case Activation::kGeluErf:
+      b_.Linear(in, w.up_w, kHeld, w.up_b, up_);
       b_.GeluErf(up_);
       break;
     case Activation::kGeGlu:
+      b_.Linear(in, w.up_w, kHeld, w.up_b, up_);
       b_.GeGlu(up_, act_);
       break;
   }

@@ -1,9 +1,12 @@
 // The emulated cuBLASLt (include/cublasLt.h): descriptors as plain structs, one "algorithm" that
 // remembers the alignments the caller promised, and a host GEMM with cuBLASLt's column-major
-// meaning: D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per column with the bias epilogue),
-// accumulated in double and rounded once to D's type. Calls that the library would refuse are
+// meaning: D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per column with a bias epilogue,
+// then GELU or ReLU with those epilogues), accumulated in double and rounded once to D's type.
+// GELU is the tanh approximation (what PyTorch's fused addmm-GELU assumes of the library), in
+// double. Calls that the library would refuse are
 // refused (CUBLAS_STATUS_INVALID_VALUE / NOT_SUPPORTED) and say why on stderr.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -198,6 +201,43 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return Refuse(CUBLAS_STATUS_INVALID_VALUE, "unknown preference attribute");
 }
 
+namespace {
+
+bool EpilogueHasBias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
+         e == CUBLASLT_EPILOGUE_GELU_BIAS;
+}
+
+// Why the descriptor's epilogue cannot run, or nullptr.
+const char* CheckEpilogue(const cublasLtMatmulDescOpaque_t& desc) {
+  switch (desc.epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+      break;
+    default:
+      return "an epilogue the emulator does not know";
+  }
+  return EpilogueHasBias(desc.epilogue) && desc.bias == nullptr
+             ? "bias epilogue without a bias pointer"
+             : nullptr;
+}
+
+// The epilogue's activation of v (after the bias).
+double Activate(cublasLtEpilogue_t e, double v) {
+  if (e == CUBLASLT_EPILOGUE_RELU || e == CUBLASLT_EPILOGUE_RELU_BIAS) return v > 0.0 ? v : 0.0;
+  if (e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS) {
+    const double k = std::sqrt(2.0 / 3.14159265358979323846);
+    return 0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v)));
+  }
+  return v;
+}
+
+}  // namespace
+
 // One algorithm for every valid problem; it carries the alignments the caller promised (the
 // pointers of every later call must have them, as a real kernel chosen for them assumes).
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
@@ -211,11 +251,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (const char* why = CheckShapes(*desc, *a, *b, *c, *d)) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, why);
   }
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == nullptr) {
-    return Refuse(CUBLAS_STATUS_INVALID_VALUE, "bias epilogue without a bias pointer");
-  }
+  if (const char* why = CheckEpilogue(*desc)) return Refuse(CUBLAS_STATUS_INVALID_VALUE, why);
+  const bool activation =
+      desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS;
   if (simt::Props().no_gemm_algorithm ||
-      (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && simt::Props().no_bias_epilogue_algorithm)) {
+      (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && simt::Props().no_bias_epilogue_algorithm) ||
+      (activation && simt::Props().no_activation_epilogue_algorithm)) {
     return CUBLAS_STATUS_SUCCESS;  // none found: *returned stays 0
   }
   cublasLtMatmulHeuristicResult_t r{};
@@ -235,7 +276,8 @@ void Multiply(const cublasLtMatmulDescOpaque_t& desc, const void* a,
               const cublasLtMatrixLayoutOpaque_t& a_desc, const void* b,
               const cublasLtMatrixLayoutOpaque_t& b_desc, const void* c,
               const cublasLtMatrixLayoutOpaque_t& c_desc, void* d,
-              const cublasLtMatrixLayoutOpaque_t& d_desc, float alpha_f, float beta_f, bool bias) {
+              const cublasLtMatrixLayoutOpaque_t& d_desc, float alpha_f, float beta_f) {
+  const bool bias = EpilogueHasBias(desc.epilogue);
   const int64_t m = static_cast<int64_t>(d_desc.rows), n = static_cast<int64_t>(d_desc.cols);
   const int64_t k = static_cast<int64_t>(desc.trans_a == CUBLAS_OP_N ? a_desc.cols : a_desc.rows);
   // Element (i, j) of op(X) for a column-major X with leading dimension ld.
@@ -253,7 +295,7 @@ void Multiply(const cublasLtMatmulDescOpaque_t& desc, const void* a,
       double v = alpha_f * acc;
       if (beta_f != 0.0f) v += beta_f * Load(c, c_desc.type, i + j * c_desc.ld);
       if (bias) v += Load(desc.bias, d_desc.type, i);
-      column[static_cast<size_t>(i)] = v;
+      column[static_cast<size_t>(i)] = Activate(desc.epilogue, v);
     }
     // C may be D: every element of the column is read before any is written.
     for (int64_t i = 0; i < m; ++i) Store(d, d_desc.type, i + j * d_desc.ld, column[i]);
@@ -283,13 +325,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   float alpha_f, beta_f;
   std::memcpy(&alpha_f, alpha, 4);
   std::memcpy(&beta_f, beta, 4);
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if (bias && desc->bias == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "no bias");
+  if (const char* why = CheckEpilogue(*desc)) return Refuse(CUBLAS_STATUS_INVALID_VALUE, why);
   if (!simt::IsCapturing(stream)) simt::CountHostLaunch();  // the library launches a kernel
   const cudaError_t queued =
       simt::Submit(stream, [op = *desc, al = *a_desc, bl = *b_desc, cl = *c_desc, dl = *d_desc, a,
-                            b, c, d, alpha_f, beta_f, bias] {
-        Multiply(op, a, al, b, bl, c, cl, d, dl, alpha_f, beta_f, bias);
+                            b, c, d, alpha_f, beta_f] {
+        Multiply(op, a, al, b, bl, c, cl, d, dl, alpha_f, beta_f);
         return std::string();
       });
   return queued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;

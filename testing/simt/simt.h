@@ -63,6 +63,8 @@ struct DeviceProps {
   // The emulated cuBLASLt's heuristic finds no algorithm with the bias epilogue (the real library
   // has none for some shapes and types), so callers' fallbacks can be tested.
   bool no_bias_epilogue_algorithm = false;
+  // It finds none with a GELU or ReLU epilogue (with or without the bias).
+  bool no_activation_epilogue_algorithm = false;
   // It finds no algorithm for any GEMM, so the error path of a GEMM that cannot be planned can be
   // tested.
   bool no_gemm_algorithm = false;

@@ -179,6 +179,45 @@ TEST_P(BackendParityTest, LinearBothLayoutsWithAndWithoutBiasAndF32Out) {
   }
 }
 
+// LinearActivation against the CPU's Linear then GeluTanh / Relu. On CUDA the activation runs in
+// cuBLASLt's epilogue before the one rounding of the output; at f32 this tolerance (2e-5) also
+// tells the tanh GELU from the erf one (about 2e-4 apart, relative L2, on outputs of this size).
+TEST_P(BackendParityTest, LinearActivationIsLinearThenTheActivation) {
+  for (GemmActivation act : {GemmActivation::kGeluTanh, GemmActivation::kRelu}) {
+    for (int64_t T : {1, 13}) {
+      for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+        for (bool with_bias : {false, true}) {
+          for (DType out_dtype : {dt(), DType::kF32}) {
+            const int64_t in = 96, outf = 136;
+            const auto x = Values(T * in, 2.0f), w = Values(in * outf, 0.2f), bias = Values(outf);
+            std::vector<int64_t> wshape = layout == WeightLayout::kOutIn
+                                              ? std::vector<int64_t>{outf, in}
+                                              : std::vector<int64_t>{in, outf};
+            Tensor out = Poisoned(b(), out_dtype, {T, outf});
+            Tensor ref = Poisoned(cpu(), DType::kF32, {T, outf});
+            b().LinearActivation(Upload(b(), x, dt(), {T, in}), Upload(b(), w, dt(), wshape),
+                                 layout, with_bias ? Upload(b(), bias, dt(), {outf}) : Tensor(),
+                                 act, out);
+            cpu().Linear(Upload(cpu(), x, DType::kF32, {T, in}),
+                         Upload(cpu(), w, DType::kF32, wshape), layout,
+                         with_bias ? Upload(cpu(), bias, DType::kF32, {outf}) : Tensor(), ref);
+            if (act == GemmActivation::kRelu) {
+              cpu().Relu(ref);
+            } else {
+              cpu().GeluTanh(ref);
+            }
+            ExpectClose(
+                out, ref,
+                std::string(act == GemmActivation::kRelu ? "linear_relu" : "linear_gelu") + "_T" +
+                    std::to_string(T) + (layout == WeightLayout::kOutIn ? "_outin" : "_inout") +
+                    (with_bias ? "_bias" : "") + "_out" + std::string(DTypeName(out_dtype)));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Where cuBLASLt has no kernel with the bias epilogue for a GEMM, Linear adds the bias in a
 // separate pass: on the emulator, whose heuristic can be told to find none (a GPU's library
 // decides for itself, so there the test has nothing to force).
