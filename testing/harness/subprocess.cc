@@ -24,14 +24,36 @@ int DecodeStatus(int status) {
   return -1;
 }
 
+// In a forked child: stdin from /dev/null, stdout and stderr to the files (opened with
+// `open_flags`), a clean signal mask (the test runner may block signals), then argv.
+[[noreturn]] void ExecWithFiles(char* const* args, const char* stdout_path, const char* stderr_path,
+                                int open_flags) {
+  int out = ::open(stdout_path, open_flags, 0644);
+  int err = ::open(stderr_path, open_flags, 0644);
+  int in = ::open("/dev/null", O_RDONLY);
+  dup2(out, 1);
+  dup2(err, 2);
+  dup2(in, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execv(args[0], args);
+  _exit(127);
+}
+
+std::vector<char*> ArgvOf(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return args;
+}
+
 }  // namespace
 
 Subprocess::Subprocess(const std::vector<std::string>& argv,
                        const std::filesystem::path& stdout_path,
                        const std::filesystem::path& stderr_path) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  const std::vector<char*> args = ArgvOf(argv);
   // A child dies with the test process (a crashed or killed test must not leave servers running).
   // The signal follows the forking thread, so only children of the main thread get it: one forked
   // by a short-lived helper thread would otherwise die with that thread.
@@ -43,19 +65,23 @@ Subprocess::Subprocess(const std::vector<std::string>& argv,
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);  // the test died before the line above
     }
-    int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int in = ::open("/dev/null", O_RDONLY);
-    dup2(out, 1);
-    dup2(err, 2);
-    dup2(in, 0);
-    // The test runner may block signals; the child must start with a clean mask.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+    ExecWithFiles(args.data(), stdout_path.c_str(), stderr_path.c_str(),
+                  O_WRONLY | O_CREAT | O_TRUNC);
   }
+}
+
+pid_t StartDaemon(const std::vector<std::string>& argv, const std::filesystem::path& stdout_path,
+                  const std::filesystem::path& stderr_path) {
+  const std::vector<char*> args = ArgvOf(argv);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the master goes with the test process
+    ExecWithFiles(args.data(), stdout_path.c_str(), stderr_path.c_str(),
+                  O_WRONLY | O_CREAT | O_APPEND);
+  }
+  if (pid > 0) setpgid(pid, pid);  // also here: no race with a kill(-pid) right after
+  return pid;
 }
 
 Subprocess::~Subprocess() {

@@ -30,6 +30,12 @@ class Subprocess {
   std::optional<int> exit_status_;
 };
 
+// Starts a daemon (a proxy's master process) in a process group of its own, so that kill(-pid)
+// reaches its workers too: stdout and stderr appended to the files, a clean signal mask, killed
+// with the test process. Its pid, or -1. The caller waits for it.
+pid_t StartDaemon(const std::vector<std::string>& argv, const std::filesystem::path& stdout_path,
+                  const std::filesystem::path& stderr_path);
+
 // Runs a command to completion; returns its exit status and stdout.
 struct CommandResult {
   int exit_status = -1;

@@ -1,10 +1,8 @@
 #include "tests/cluster/cluster_harness.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -108,28 +106,9 @@ bool HaproxyUnderTest::Render(const std::vector<std::string>& replicas) {
 }
 
 bool HaproxyUnderTest::Start() {
-  std::vector<std::string> argv = {HaproxyBinary(), "-W", "-db", "-f",
-                                   (dir_ / "haproxy.cfg").string()};
-  std::vector<char*> args;
-  for (std::string& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  const std::string log = (dir_ / "haproxy.log").string();
-  pid_ = fork();
-  if (pid_ == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the master goes with the test process
-    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int in = ::open("/dev/null", O_RDONLY);
-    dup2(out, 1);
-    dup2(out, 2);
-    dup2(in, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  if (pid_ > 0) setpgid(pid_, pid_);
+  const fs::path log = dir_ / "haproxy.log";
+  pid_ =
+      StartDaemon({HaproxyBinary(), "-W", "-db", "-f", (dir_ / "haproxy.cfg").string()}, log, log);
   return pid_ > 0;
 }
 

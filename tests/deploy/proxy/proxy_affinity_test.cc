@@ -5,10 +5,8 @@
 // its tasks (never NOT_FOUND from another replica, never a hang) while other tasks keep working;
 // restarted on its data directory, its tasks answer with identical scores and nothing re-encoded.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -111,28 +109,7 @@ class NginxUnderTest {
                                      (prefix_ / "nginx.conf").string(),
                                      "-e",
                                      (prefix_ / "startup-error.log").string()};
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    const std::string out = (prefix_ / "stdout.log").string();
-    const std::string err = (prefix_ / "stderr.log").string();
-    pid_ = fork();
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // the master goes with the test process
-      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      int in = ::open("/dev/null", O_RDONLY);
-      dup2(o, 1);
-      dup2(e, 2);
-      dup2(in, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    if (pid_ > 0) setpgid(pid_, pid_);  // (also here: no race with the kill in Stop)
+    pid_ = StartDaemon(argv, prefix_ / "stdout.log", prefix_ / "stderr.log");
     return pid_ > 0;
   }
 
