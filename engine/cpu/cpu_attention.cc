@@ -277,6 +277,153 @@ absl::Status CpuBackend::AttendOwnImpl(const Tensor& q,
   return absl::OkStatus();
 }
 
+namespace {
+
+constexpr int64_t kContextRowChunk = 1024;
+
+// The rows of a context call that see the context, gathered so every GEMM row is useful: their
+// queries [n, heads, dim] (contiguous), with ALiBi their positions, and room for their outputs.
+struct GatheredRows {
+  std::vector<int64_t> rows;  // in q
+  std::vector<int32_t> positions;
+  std::vector<float> q, o, lse;
+};
+
+// Gathers the rows that see the context; the others saw nothing (o = 0, lse = -inf).
+GatheredRows GatherRowsSeeing(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                              const AttentionContext& context, bool alibi,
+                              const AttentionState& out) {
+  const int64_t heads = q.dim(1);
+  const int64_t q_ld = heads * q.dim(2);
+  float* op = out.o.data<float>();
+  float* lp = out.lse.data<float>();
+  GatheredRows g;
+  for (const auto& seq : sequences) {
+    const int64_t base = seq.kv_len - seq.q_len;
+    for (int64_t r = 0; r < seq.q_len; ++r) {
+      const int64_t row = seq.q_begin + r;
+      if (base + r >= seq.context_from && context.len > 0) {
+        g.rows.push_back(row);
+        if (alibi) g.positions.push_back(seq.positions->data<int32_t>()[base + r]);
+      } else {
+        std::fill(op + row * q_ld, op + (row + 1) * q_ld, 0.0f);
+        std::fill(lp + row * heads, lp + (row + 1) * heads, kNegInf);
+      }
+    }
+  }
+  const int64_t n = static_cast<int64_t>(g.rows.size());
+  g.q.resize(n * q_ld);
+  g.o.resize(n * q_ld);
+  g.lse.resize(n * heads);
+  const float* qp = q.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy(qp + g.rows[i] * q_ld, qp + (g.rows[i] + 1) * q_ld, g.q.data() + i * q_ld);
+  }
+  return g;
+}
+
+// The gathered rows against the context on the register-tiled kernels (cpu_context_kernel.h).
+void AttendGatheredKernels(ThreadPool& pool, GatheredRows& g, int64_t heads, int64_t dim,
+                           const AttentionContext& context, float scale, float softcap) {
+  const int64_t n = static_cast<int64_t>(g.rows.size());
+  const int64_t q_ld = heads * dim;
+  const int64_t kv_heads = context.k->dim(1);
+  const int64_t group = heads / kv_heads;
+  if (n * group <= cpu_internal::kSplitKeysMaxRows) {
+    // Few rows (a query or two): threads split the keys and stream whole key rows.
+    cpu_internal::AttendContextSplitKeys(pool, g.q.data(), n, heads, *context.k, *context.v,
+                                         context.len, scale, softcap, g.o.data(), g.lse.data());
+    return;
+  }
+  // One item per kv head and chunk of tokens, the rows of every query head sharing the kv head
+  // together, so each context tile is read once per chunk for all of them.
+  const int64_t chunk = std::max<int64_t>(1, kContextRowChunk / group);
+  struct GroupItem {
+    int64_t kv_head, t0, t1;
+  };
+  std::vector<GroupItem> items;
+  for (int64_t kv = 0; kv < kv_heads; ++kv) {
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) items.push_back({kv, t0, std::min(n, t0 + chunk)});
+  }
+  std::vector<cpu_internal::ContextScratch> scratch(pool.size());
+  pool.ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
+    const GroupItem& it = items[i];
+    const int64_t head0 = it.kv_head * group;
+    cpu_internal::AttendContextRows(g.q.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0,
+                                    group, *context.k, *context.v, it.kv_head, context.len, scale,
+                                    softcap, g.o.data() + it.t0 * q_ld + head0 * dim, q_ld,
+                                    g.lse.data() + it.t0 * heads + head0, heads, scratch[thread]);
+  });
+}
+
+// The gathered rows against the context on the general tiled path (any head_dim, ALiBi). Per
+// (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context is loaded
+// (and, for 16-bit storage, converted) once per chunk and reused by every row block while it is
+// hot in cache. f32 contexts are read in place.
+void AttendGatheredTiles(ThreadPool& pool, GatheredRows& g, int64_t heads, int64_t dim,
+                         absl::Span<const AttentionSequence> sequences,
+                         const AttentionContext& context, float scale, float softcap, bool alibi) {
+  const int64_t n = static_cast<int64_t>(g.rows.size());
+  const int64_t q_ld = heads * dim;
+  const int64_t kv_heads = context.k->dim(1);
+  const int64_t group = heads / kv_heads;
+  const int64_t kv_ld = kv_heads * dim;
+  struct Item {
+    int64_t head, r0, r1;
+  };
+  std::vector<Item> items;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r0 = 0; r0 < n; r0 += kContextRowChunk) {
+      items.push_back({h, r0, std::min(n, r0 + kContextRowChunk)});
+    }
+  }
+  const bool direct = context.k->dtype() == DType::kF32;
+  std::vector<OnlineSoftmax> states(pool.size());
+  std::vector<std::vector<float>> k_tiles(pool.size()), v_tiles(pool.size());
+  pool.ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
+    const Item& it = items[i];
+    const int64_t rows = it.r1 - it.r0;
+    const int64_t kv_head = it.head / group;
+    OnlineSoftmax& state = states[thread];
+    state.Reset(rows, dim);
+    KeyRule rule;
+    rule.softcap = softcap;
+    if (alibi) {
+      rule.key_pos = context.positions->data<int32_t>();
+      rule.slope = AlibiSlope(sequences.front(), it.head);
+    }
+    for (int64_t j0 = 0; j0 < context.len; j0 += kKeyTile) {
+      const int64_t tile = std::min(kKeyTile, context.len - j0);
+      const float* k;
+      const float* v;
+      int64_t ld;
+      if (direct) {
+        k = context.k->data<float>() + (j0 * kv_heads + kv_head) * dim;
+        v = context.v->data<float>() + (j0 * kv_heads + kv_head) * dim;
+        ld = kv_ld;
+      } else {
+        k_tiles[thread].resize(kKeyTile * dim);
+        v_tiles[thread].resize(kKeyTile * dim);
+        LoadTile(*context.k, kv_head, j0, tile, k_tiles[thread].data());
+        LoadTile(*context.v, kv_head, j0, tile, v_tiles[thread].data());
+        k = k_tiles[thread].data();
+        v = v_tiles[thread].data();
+        ld = dim;
+      }
+      for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
+        const int64_t block = std::min(kRowBlock, rows - b0);
+        if (alibi) rule.query_pos = g.positions.data() + it.r0 + b0;
+        AttendTile(g.q.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0,
+                   tile, dim, scale, rule, state, b0);
+      }
+    }
+    Finish(state, rows, dim, g.o.data() + it.r0 * q_ld + it.head * dim, q_ld,
+           g.lse.data() + it.r0 * heads + it.head, heads);
+  });
+}
+
+}  // namespace
+
 absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
                                            absl::Span<const AttentionSequence> sequences,
                                            const AttentionContext& context, float scale,
@@ -284,129 +431,23 @@ absl::Status CpuBackend::AttendContextImpl(const Tensor& q,
   if (auto st = RequireF32("AttendContext", {&q}); !st.ok()) return st;
   const int64_t heads = q.dim(1);
   const int64_t dim = q.dim(2);
-  const int64_t q_ld = heads * dim;
-  const float* qp = q.data<float>();
-  float* op = out.o.data<float>();
-  float* lp = out.lse.data<float>();
-  // Rows that see the context, gathered so every GEMM row is useful; the others saw nothing.
-  // With ALiBi, each gathered row's position too.
-  std::vector<int64_t> rows_seeing;
-  std::vector<int32_t> row_positions;
   const bool alibi = !sequences.empty() && sequences.front().alibi_slopes != nullptr;
   const float softcap = sequences.empty() ? 0.0f : sequences.front().logit_softcap;
-  for (const auto& seq : sequences) {
-    const int64_t base = seq.kv_len - seq.q_len;
-    for (int64_t r = 0; r < seq.q_len; ++r) {
-      const int64_t row = seq.q_begin + r;
-      if (base + r >= seq.context_from && context.len > 0) {
-        rows_seeing.push_back(row);
-        if (alibi) row_positions.push_back(seq.positions->data<int32_t>()[base + r]);
-      } else {
-        std::fill(op + row * q_ld, op + (row + 1) * q_ld, 0.0f);
-        std::fill(lp + row * heads, lp + (row + 1) * heads, kNegInf);
-      }
-    }
-  }
-  const int64_t n = static_cast<int64_t>(rows_seeing.size());
-  if (n == 0) return absl::OkStatus();
-  const int64_t kv_heads = context.k->dim(1);
-  const int64_t group = heads / kv_heads;
-  const int64_t kv_ld = kv_heads * dim;
-  // Gathered queries [n, heads, dim] (contiguous), context outputs and lse.
-  std::vector<float> gq(n * q_ld), co(n * q_ld), clse(n * heads);
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy(qp + rows_seeing[i] * q_ld, qp + (rows_seeing[i] + 1) * q_ld, gq.data() + i * q_ld);
-  }
-  constexpr int64_t kRowChunk = 1024;
+  GatheredRows g = GatherRowsSeeing(q, sequences, context, alibi, out);
+  if (g.rows.empty()) return absl::OkStatus();
   if (!alibi && cpu_internal::ContextKernelSupports(dim)) {
-    if (n * group <= cpu_internal::kSplitKeysMaxRows) {
-      // Few rows (a query or two): threads split the keys and stream whole key rows.
-      cpu_internal::AttendContextSplitKeys(*pool_, gq.data(), n, heads, *context.k, *context.v,
-                                           context.len, scale, softcap, co.data(), clse.data());
-    } else {
-      // The register-tiled kernels (cpu_context_kernel.h): one item per kv head and chunk of
-      // tokens, the rows of every query head sharing the kv head together, so each context tile
-      // is read once per chunk for all of them.
-      const int64_t chunk = std::max<int64_t>(1, kRowChunk / group);
-      struct GroupItem {
-        int64_t kv_head, t0, t1;
-      };
-      std::vector<GroupItem> items;
-      for (int64_t g = 0; g < kv_heads; ++g) {
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) items.push_back({g, t0, std::min(n, t0 + chunk)});
-      }
-      std::vector<cpu_internal::ContextScratch> scratch(pool_->size());
-      pool_->ParallelForEach(static_cast<int64_t>(items.size()), [&](int64_t i, int thread) {
-        const GroupItem& it = items[i];
-        const int64_t head0 = it.kv_head * group;
-        cpu_internal::AttendContextRows(gq.data() + it.t0 * q_ld + head0 * dim, q_ld, it.t1 - it.t0,
-                                        group, *context.k, *context.v, it.kv_head, context.len,
-                                        scale, softcap, co.data() + it.t0 * q_ld + head0 * dim,
-                                        q_ld, clse.data() + it.t0 * heads + head0, heads,
-                                        scratch[thread]);
-      });
-    }
+    AttendGatheredKernels(*pool_, g, heads, dim, context, scale, softcap);
   } else {
-    // Per (head, chunk of rows): key tiles outer, row blocks inner, so each tile of the context
-    // is loaded (and, for 16-bit storage, converted) once per chunk and reused by every row
-    // block while it is hot in cache. f32 contexts are read in place.
-    struct Item {
-      int64_t head, r0, r1;
-    };
-    std::vector<Item> citems;
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
-        citems.push_back({h, r0, std::min(n, r0 + kRowChunk)});
-      }
-    }
-    const bool direct = context.k->dtype() == DType::kF32;
-    std::vector<OnlineSoftmax> states(pool_->size());
-    std::vector<std::vector<float>> k_tiles(pool_->size()), v_tiles(pool_->size());
-    pool_->ParallelForEach(static_cast<int64_t>(citems.size()), [&](int64_t i, int thread) {
-      const Item& it = citems[i];
-      const int64_t rows = it.r1 - it.r0;
-      const int64_t kv_head = it.head / group;
-      OnlineSoftmax& state = states[thread];
-      state.Reset(rows, dim);
-      KeyRule rule;
-      rule.softcap = softcap;
-      if (alibi) {
-        rule.key_pos = context.positions->data<int32_t>();
-        rule.slope = AlibiSlope(sequences.front(), it.head);
-      }
-      for (int64_t j0 = 0; j0 < context.len; j0 += kKeyTile) {
-        const int64_t tile = std::min(kKeyTile, context.len - j0);
-        const float* k;
-        const float* v;
-        int64_t ld;
-        if (direct) {
-          k = context.k->data<float>() + (j0 * kv_heads + kv_head) * dim;
-          v = context.v->data<float>() + (j0 * kv_heads + kv_head) * dim;
-          ld = kv_ld;
-        } else {
-          k_tiles[thread].resize(kKeyTile * dim);
-          v_tiles[thread].resize(kKeyTile * dim);
-          LoadTile(*context.k, kv_head, j0, tile, k_tiles[thread].data());
-          LoadTile(*context.v, kv_head, j0, tile, v_tiles[thread].data());
-          k = k_tiles[thread].data();
-          v = v_tiles[thread].data();
-          ld = dim;
-        }
-        for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
-          const int64_t block = std::min(kRowBlock, rows - b0);
-          if (alibi) rule.query_pos = row_positions.data() + it.r0 + b0;
-          AttendTile(gq.data() + (it.r0 + b0) * q_ld + it.head * dim, q_ld, block, k, v, ld, j0,
-                     tile, dim, scale, rule, state, b0);
-        }
-      }
-      Finish(state, rows, dim, co.data() + it.r0 * q_ld + it.head * dim, q_ld,
-             clse.data() + it.r0 * heads + it.head, heads);
-    });
+    AttendGatheredTiles(*pool_, g, heads, dim, sequences, context, scale, softcap, alibi);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = rows_seeing[i];
-    std::copy(co.data() + i * q_ld, co.data() + (i + 1) * q_ld, op + row * q_ld);
-    std::copy(clse.data() + i * heads, clse.data() + (i + 1) * heads, lp + row * heads);
+  // Back to the rows they came from.
+  const int64_t q_ld = heads * dim;
+  float* op = out.o.data<float>();
+  float* lp = out.lse.data<float>();
+  for (size_t i = 0; i < g.rows.size(); ++i) {
+    const int64_t row = g.rows[i];
+    std::copy(g.o.data() + i * q_ld, g.o.data() + (i + 1) * q_ld, op + row * q_ld);
+    std::copy(g.lse.data() + i * heads, g.lse.data() + (i + 1) * heads, lp + row * heads);
   }
   return absl::OkStatus();
 }

@@ -604,54 +604,53 @@ absl::Status CudaBackend::AddImpl(const Tensor& x, const Tensor& y) {
 
 // ---- Attention ----
 
-absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequence> sequences,
-                                 const AttentionContext* context, float scale,
-                                 const AttentionState& out) {
-  const char* op = context == nullptr ? "AttendOwn" : "AttendContext";
-  const int64_t tokens = q.dim(0);
-  const int64_t heads = q.dim(1);
-  const int64_t head_dim = q.dim(2);
-  if (tokens > kInt32Max || heads > kInt32Max) {
+namespace {
+
+// q's shape as the attention launches take it: 32-bit row and head counts, head_dim in [1, 256].
+absl::Status CheckAttendShape(const char* op, const Tensor& q) {
+  if (q.dim(0) > kInt32Max || q.dim(1) > kInt32Max) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda ", op, ": q ", q.ShapeString(), " exceeds 32-bit row/head counts"));
   }
-  if (head_dim < 1 || head_dim > 256) {
+  if (q.dim(2) < 1 || q.dim(2) > 256) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cuda ", op, ": head_dim ", head_dim, " is outside [1, 256]"));
+        absl::StrCat("cuda ", op, ": head_dim ", q.dim(2), " is outside [1, 256]"));
   }
-  MANYSHOT_CUDA_STATE(state);
+  return absl::OkStatus();
+}
 
-  if (context != nullptr && context->len == 0) {
-    // No context keys: every row of every sequence saw nothing (o = 0, lse = -inf). (The row size
-    // from the shape, not RowBytes(): q and o may have no rows at all.)
-    const size_t o_row = static_cast<size_t>(heads * head_dim) * DTypeSize(out.o.dtype());
-    for (const AttentionSequence& seq : sequences) {
-      if (seq.q_len == 0) continue;
-      absl::Status s =
-          CudaCheck("AttendContext cudaMemsetAsync",
-                    cudaMemsetAsync(static_cast<std::byte*>(out.o.raw()) + seq.q_begin * o_row, 0,
-                                    static_cast<size_t>(seq.q_len) * o_row, state->stream));
-      if (!s.ok()) return s;
-      s = Launched("AttendContext fill",
-                   cuda::LaunchFill(out.lse.data<float>() + seq.q_begin * heads,
-                                    cuda::ElemType::kF32, seq.q_len * heads,
-                                    -std::numeric_limits<float>::infinity(), state->stream));
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
+// A context without keys: every row of every sequence saw nothing (o = 0, lse = -inf).
+absl::Status FillEmptyContext(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                              const AttentionState& out, cudaStream_t stream) {
+  const int64_t heads = q.dim(1);
+  // The row size from the shape, not RowBytes(): q and o may have no rows at all.
+  const size_t o_row = static_cast<size_t>(heads * q.dim(2)) * DTypeSize(out.o.dtype());
+  for (const AttentionSequence& seq : sequences) {
+    if (seq.q_len == 0) continue;
+    absl::Status s =
+        CudaCheck("AttendContext cudaMemsetAsync",
+                  cudaMemsetAsync(static_cast<std::byte*>(out.o.raw()) + seq.q_begin * o_row, 0,
+                                  static_cast<size_t>(seq.q_len) * o_row, stream));
+    if (!s.ok()) return s;
+    s = Launched(
+        "AttendContext fill",
+        cuda::LaunchFill(out.lse.data<float>() + seq.q_begin * heads, cuda::ElemType::kF32,
+                         seq.q_len * heads, -std::numeric_limits<float>::infinity(), stream));
+    if (!s.ok()) return s;
   }
-  if (!sequences.empty() && sequences.front().alibi_slopes != nullptr) {
-    return AttendAlibi(q, sequences, context, scale, out, state->stream);
-  }
+  return absl::OkStatus();
+}
 
-  // ~5 KiB of descriptors: on the heap rather than the caller's stack.
-  auto params = std::make_unique<cuda::AttnParams>();
-  cuda::AttnParams& p = *params;
+// What every launch of one Attend call shares: q, o, lse, the scale and the K/V heads and type
+// (own K/V: one kv_heads per launch; kv_heads stays 0 when no sequence has rows).
+absl::Status FillAttnParams(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                            const AttentionContext* context, float scale, const AttentionState& out,
+                            cuda::AttnParams& p) {
   p.q = q.raw();
   p.q_type = ElemTypeOf(q.dtype());
-  p.tokens = static_cast<int32_t>(tokens);
-  p.heads = static_cast<int32_t>(heads);
-  p.head_dim = static_cast<int32_t>(head_dim);
+  p.tokens = static_cast<int32_t>(q.dim(0));
+  p.heads = static_cast<int32_t>(q.dim(1));
+  p.head_dim = static_cast<int32_t>(q.dim(2));
   p.scale = scale;
   p.softcap = sequences.empty() ? 0.0f : sequences.front().logit_softcap;
   p.o = out.o.raw();
@@ -660,22 +659,61 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
   if (context != nullptr) {
     p.kv_heads = static_cast<int32_t>(context->k->dim(1));
     p.kv_type = ElemTypeOf(context->k->dtype());
-  } else {
-    // Own K/V: the front checked every sequence's k/v; one kv_heads and dtype per launch.
-    for (const AttentionSequence& seq : sequences) {
-      if (seq.q_len == 0) continue;
-      if (p.kv_heads == 0) {
-        p.kv_heads = static_cast<int32_t>(seq.k->dim(1));
-        p.kv_type = ElemTypeOf(seq.k->dtype());
-      } else if (seq.k->dim(1) != p.kv_heads) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cuda AttendOwn: sequences have different kv_heads (", p.kv_heads, " and ",
-                         seq.k->dim(1), ")"));
-      }
-    }
-    if (p.kv_heads == 0) return absl::OkStatus();  // no sequence has rows
+    return absl::OkStatus();
   }
+  // Own K/V: the front checked every sequence's k/v.
+  for (const AttentionSequence& seq : sequences) {
+    if (seq.q_len == 0) continue;
+    if (p.kv_heads == 0) {
+      p.kv_heads = static_cast<int32_t>(seq.k->dim(1));
+      p.kv_type = ElemTypeOf(seq.k->dtype());
+    } else if (seq.k->dim(1) != p.kv_heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda AttendOwn: sequences have different kv_heads (", p.kv_heads, " and ",
+                       seq.k->dim(1), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
+// The kernel's descriptor of one sequence (own K/V pointers when `own`).
+cuda::AttnSequence DescribeSequence(const AttentionSequence& seq, bool own) {
+  cuda::AttnSequence d{};
+  d.q_begin = static_cast<int32_t>(seq.q_begin);
+  d.q_len = static_cast<int32_t>(seq.q_len);
+  d.kv_len = static_cast<int32_t>(seq.kv_len);
+  // Clamping to [0, kv_len] keeps the meaning (own indices and keys are all < kv_len) and makes
+  // any int64 sentinel fit in int32.
+  d.weighted_from = static_cast<int32_t>(std::clamp<int64_t>(seq.weighted_from, 0, seq.kv_len));
+  d.context_from = static_cast<int32_t>(std::clamp<int64_t>(seq.context_from, 0, seq.kv_len));
+  d.own_log_weight = seq.own_log_weight;
+  if (own) {
+    d.k = seq.k->raw();
+    d.v = seq.v->raw();
+  }
+  return d;
+}
+
+}  // namespace
+
+absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequence> sequences,
+                                 const AttentionContext* context, float scale,
+                                 const AttentionState& out) {
+  const char* op = context == nullptr ? "AttendOwn" : "AttendContext";
+  if (absl::Status s = CheckAttendShape(op, q); !s.ok()) return s;
+  MANYSHOT_CUDA_STATE(state);
+  if (context != nullptr && context->len == 0) {
+    return FillEmptyContext(q, sequences, out, state->stream);
+  }
+  if (!sequences.empty() && sequences.front().alibi_slopes != nullptr) {
+    return AttendAlibi(q, sequences, context, scale, out, state->stream);
+  }
+  // ~5 KiB of descriptors: on the heap rather than the caller's stack.
+  auto params = std::make_unique<cuda::AttnParams>();
+  cuda::AttnParams& p = *params;
+  if (absl::Status s = FillAttnParams(q, sequences, context, scale, out, p); !s.ok()) return s;
+  if (p.kv_heads == 0) return absl::OkStatus();  // no sequence has rows
+  // Sequences go in launches of at most kMaxAttnSequences.
   auto launch = [&]() -> absl::Status {
     if (p.num_sequences == 0) return absl::OkStatus();
     const cudaError_t error =
@@ -688,23 +726,9 @@ absl::Status CudaBackend::Attend(const Tensor& q, absl::Span<const AttentionSequ
   for (const AttentionSequence& seq : sequences) {
     // Rows of a sequence with none are not touched, as in any launch.
     if (seq.q_len == 0) continue;
-    cuda::AttnSequence& d = p.sequences[p.num_sequences++];
-    d = cuda::AttnSequence{};
-    d.q_begin = static_cast<int32_t>(seq.q_begin);
-    d.q_len = static_cast<int32_t>(seq.q_len);
-    d.kv_len = static_cast<int32_t>(seq.kv_len);
-    // Clamping to [0, kv_len] keeps the meaning (own indices and keys are all < kv_len) and
-    // makes any int64 sentinel fit in int32.
-    d.weighted_from = static_cast<int32_t>(std::clamp<int64_t>(seq.weighted_from, 0, seq.kv_len));
-    d.context_from = static_cast<int32_t>(std::clamp<int64_t>(seq.context_from, 0, seq.kv_len));
-    d.own_log_weight = seq.own_log_weight;
-    if (context == nullptr) {
-      d.k = seq.k->raw();
-      d.v = seq.v->raw();
-    }
+    p.sequences[p.num_sequences++] = DescribeSequence(seq, context == nullptr);
     if (p.num_sequences == cuda::kMaxAttnSequences) {
-      absl::Status s = launch();
-      if (!s.ok()) return s;
+      if (absl::Status s = launch(); !s.ok()) return s;
     }
   }
   return launch();

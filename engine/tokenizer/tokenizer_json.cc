@@ -227,18 +227,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(con
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const SpecialTokenNames& names,
-                                                 std::string fingerprint) {
-  if (!root.is_object()) return Bad("not a JSON object");
-  const auto model_it = root.find("model");
-  if (model_it == root.end() || !model_it->is_object()) return Bad("no \"model\" object");
-  const json& model = *model_it;
-  const std::string model_type = TypeOf(model);
-  if (model_type == "Unigram") return LoadUnigramTokenizerJson(root, names, std::move(fingerprint));
-  // Old files omit model.type for BPE; a vocab + merges pair identifies it.
-  if (!(model_type == "BPE" || (model_type.empty() && model.contains("merges")))) {
-    return Unsupported(absl::StrCat("model type \"", model_type, "\" (only BPE and Unigram)"));
-  }
+// The BPE model options this loader cannot honour.
+absl::Status CheckBpeOptions(const json& model) {
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto it = model.find(key);
     if (it != model.end() && !it->is_null() &&
@@ -250,9 +240,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const Special
   if (dropout != model.end() && dropout->is_number() && dropout->get<double>() > 0) {
     return Unsupported("BPE dropout (encoding would be random)");
   }
+  return absl::OkStatus();
+}
 
-  BpeTokenizerSpec spec;
-  BpePipeline& p = spec.pipeline;
+// The normalizer, pre-tokenizer and decoder into `p`.
+absl::Status ParsePipeline(const json& root, BpePipeline& p) {
   for (const auto& [key, parse] :
        {std::pair{"normalizer", &ParseNormalizer}, std::pair{"pre_tokenizer", &ParsePreTokenizer},
         std::pair{"decoder", &ParseDecoder}}) {
@@ -261,7 +253,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const Special
     if (!it->is_null() && !it->is_object()) return Bad(absl::StrCat(key, " is not an object"));
     if (absl::Status s = parse(*it, p); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
 
+absl::StatusOr<StringMap<int32_t>> ParseVocab(const json& model) {
   const auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object()) return Bad("model.vocab is not an object");
   StringMap<int32_t> vocab;
@@ -274,10 +269,16 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const Special
     }
     vocab.emplace(token, static_cast<int32_t>(id.get<int64_t>()));
   }
+  return vocab;
+}
+
+// The BPE model: vocabulary, merges and options (byte-level when the pipeline is).
+absl::StatusOr<std::unique_ptr<BpeModel>> ParseBpeModel(const json& model, const BpePipeline& p) {
+  auto vocab = ParseVocab(model);
+  if (!vocab.ok()) return vocab.status();
   const auto merges_it = model.find("merges");
   auto merges = ParseMerges(merges_it == model.end() ? json() : *merges_it);
   if (!merges.ok()) return merges.status();
-
   BpeOptions options;
   options.byte_level = p.pre_tokenizer == Pre::kByteLevel;
   if (options.byte_level != (p.decoder == BpePipeline::Decoder::kByteLevel) &&
@@ -289,41 +290,68 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const Special
   options.ignore_merges = BoolOr(model, "ignore_merges", false);
   const auto unk = model.find("unk_token");
   if (unk != model.end() && unk->is_string()) options.unk_token = unk->get<std::string>();
-  auto bpe = BpeModel::Create(std::move(vocab), *merges, std::move(options));
+  auto bpe = BpeModel::Create(std::move(*vocab), *merges, std::move(options));
   if (!bpe.ok()) return Bad(std::string(bpe.status().message()));
-  spec.model = std::move(*bpe);
+  return std::move(*bpe);
+}
 
+// root.added_tokens; `vocab_size`: the model's id table, which they follow or replace entries of.
+absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const json& root, size_t vocab_size) {
+  std::vector<AddedToken> added;
   const auto added_it = root.find("added_tokens");
-  if (added_it != root.end() && !added_it->is_null()) {
-    if (!added_it->is_array()) return Bad("added_tokens is not a list");
-    for (const auto& a : *added_it) {
-      const auto id = a.find("id");
-      const auto content = a.find("content");
-      if (!a.is_object() || id == a.end() || !id->is_number_integer() || id->get<int64_t>() < 0 ||
-          id->get<int64_t>() >= (1 << 28) || content == a.end() || !content->is_string() ||
-          content->get<std::string>().empty()) {
-        return Bad("an added token lacks a valid id or content");
-      }
-      AddedToken t;
-      t.id = static_cast<int32_t>(id->get<int64_t>());
-      t.content = content->get<std::string>();
-      t.special = BoolOr(a, "special", false);
-      t.normalized = BoolOr(a, "normalized", !t.special);
-      t.lstrip = BoolOr(a, "lstrip", false);
-      t.rstrip = BoolOr(a, "rstrip", false);
-      t.single_word = BoolOr(a, "single_word", false);
-      spec.added_tokens.push_back(std::move(t));
+  if (added_it == root.end() || added_it->is_null()) return added;
+  if (!added_it->is_array()) return Bad("added_tokens is not a list");
+  for (const auto& a : *added_it) {
+    const auto id = a.find("id");
+    const auto content = a.find("content");
+    if (!a.is_object() || id == a.end() || !id->is_number_integer() || id->get<int64_t>() < 0 ||
+        id->get<int64_t>() >= (1 << 28) || content == a.end() || !content->is_string() ||
+        content->get<std::string>().empty()) {
+      return Bad("an added token lacks a valid id or content");
     }
-    // Added tokens follow the vocabulary (or replace entries of it): an id beyond both would
-    // size the id table by the file's say-so instead of its contents (see BpeModel::Create).
-    const size_t id_limit = spec.model->id_to_token().size() + spec.added_tokens.size();
-    for (const AddedToken& t : spec.added_tokens) {
-      if (static_cast<size_t>(t.id) >= id_limit) {
-        return Bad(absl::StrCat("added token \"", t.content, "\" has id ", t.id, ", not below the ",
-                                id_limit, " tokens of the vocabulary and added_tokens together"));
-      }
+    AddedToken t;
+    t.id = static_cast<int32_t>(id->get<int64_t>());
+    t.content = content->get<std::string>();
+    t.special = BoolOr(a, "special", false);
+    t.normalized = BoolOr(a, "normalized", !t.special);
+    t.lstrip = BoolOr(a, "lstrip", false);
+    t.rstrip = BoolOr(a, "rstrip", false);
+    t.single_word = BoolOr(a, "single_word", false);
+    added.push_back(std::move(t));
+  }
+  // An id beyond the vocabulary and the added tokens together would size the id table by the
+  // file's say-so instead of its contents (see BpeModel::Create).
+  const size_t id_limit = vocab_size + added.size();
+  for (const AddedToken& t : added) {
+    if (static_cast<size_t>(t.id) >= id_limit) {
+      return Bad(absl::StrCat("added token \"", t.content, "\" has id ", t.id, ", not below the ",
+                              id_limit, " tokens of the vocabulary and added_tokens together"));
     }
   }
+  return added;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const json& root, const SpecialTokenNames& names,
+                                                 std::string fingerprint) {
+  if (!root.is_object()) return Bad("not a JSON object");
+  const auto model_it = root.find("model");
+  if (model_it == root.end() || !model_it->is_object()) return Bad("no \"model\" object");
+  const json& model = *model_it;
+  const std::string model_type = TypeOf(model);
+  if (model_type == "Unigram") return LoadUnigramTokenizerJson(root, names, std::move(fingerprint));
+  // Old files omit model.type for BPE; a vocab + merges pair identifies it.
+  if (!(model_type == "BPE" || (model_type.empty() && model.contains("merges")))) {
+    return Unsupported(absl::StrCat("model type \"", model_type, "\" (only BPE and Unigram)"));
+  }
+  if (absl::Status s = CheckBpeOptions(model); !s.ok()) return s;
+  BpeTokenizerSpec spec;
+  if (absl::Status s = ParsePipeline(root, spec.pipeline); !s.ok()) return s;
+  auto bpe = ParseBpeModel(model, spec.pipeline);
+  if (!bpe.ok()) return bpe.status();
+  spec.model = std::move(*bpe);
+  auto added = ParseAddedTokens(root, spec.model->id_to_token().size());
+  if (!added.ok()) return added.status();
+  spec.added_tokens = std::move(*added);
   spec.kind = spec.model->options().byte_level ? "bpe-bytelevel" : "bpe-sentencepiece";
   spec.fingerprint = std::move(fingerprint);
   const auto lookup = [&](std::string_view name) -> std::optional<int32_t> {
