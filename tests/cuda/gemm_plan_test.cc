@@ -3,12 +3,14 @@
 // up before the heuristic is host-side: the matmul descriptor and its attributes (transposes, the
 // bias epilogue and its pointer), the three matrix layouts and the preference's workspace and
 // alignment attributes. The library checks each attribute's id, type and size, so this is the
-// real ABI check the emulated cuBLASLt (testing/simt) cannot give. The heuristic needs a handle,
+// real ABI check the emulated cuBLASLt (testing/simt) cannot give. Every epilogue the backend
+// asks for is set: the bias, GELU and ReLU, alone and together. The heuristic needs a handle,
 // and a handle needs a GPU: without one it must be the first call to fail; with one, every plan
 // must be created.
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,35 +42,40 @@ TEST(GemmPlanOnTheRealCublasLtTest, EveryDescriptorIsAcceptedAndOnlyTheHeuristic
     for (DType out : {in, DType::kF32}) {
       for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
         for (bool with_bias : {false, true}) {
-          for (uint32_t align : {256u, 2u}) {
-            GemmKey key;
-            key.rows = 20;
-            key.in = 768;
-            key.out = 2304;
-            key.in_type = in;
-            key.out_type = out;
-            key.layout = layout;
-            key.align_x = key.align_w = key.align_y = align;
-            key.bias = with_bias;  // the epilogue when the types match and align_bias >= 16
-            key.align_bias = 256;
-            absl::StatusOr<std::unique_ptr<GemmPlan>> plan =
-                GemmPlan::Create(gpu ? handle : nullptr, key, with_bias ? bias : nullptr);
-            ++plans;
-            if (gpu) {
-              EXPECT_TRUE(plan.ok()) << key.ToString() << ": " << plan.status();
-              continue;
+          for (const std::optional<GemmActivation> activation :
+               {std::optional<GemmActivation>(), std::optional(GemmActivation::kGeluTanh),
+                std::optional(GemmActivation::kRelu)}) {
+            for (uint32_t align : {256u, 2u}) {
+              GemmKey key;
+              key.rows = 20;
+              key.in = 768;
+              key.out = 2304;
+              key.in_type = in;
+              key.out_type = out;
+              key.layout = layout;
+              key.align_x = key.align_w = key.align_y = align;
+              key.bias = with_bias;  // the epilogue when the types match and align_bias >= 16
+              key.align_bias = 256;
+              key.activation = activation;  // GELU / RELU epilogues (with the bias or without)
+              absl::StatusOr<std::unique_ptr<GemmPlan>> plan =
+                  GemmPlan::Create(gpu ? handle : nullptr, key, with_bias ? bias : nullptr);
+              ++plans;
+              if (gpu) {
+                EXPECT_TRUE(plan.ok()) << key.ToString() << ": " << plan.status();
+                continue;
+              }
+              ASSERT_FALSE(plan.ok()) << key.ToString();
+              const std::string message(plan.status().message());
+              EXPECT_THAT(message, HasSubstr("cublasLt cublasLtMatmulAlgoGetHeuristic: status"))
+                  << key.ToString();
+              EXPECT_THAT(message, Not(HasSubstr("no algorithm"))) << key.ToString();
             }
-            ASSERT_FALSE(plan.ok()) << key.ToString();
-            const std::string message(plan.status().message());
-            EXPECT_THAT(message, HasSubstr("cublasLt cublasLtMatmulAlgoGetHeuristic: status"))
-                << key.ToString();
-            EXPECT_THAT(message, Not(HasSubstr("no algorithm"))) << key.ToString();
           }
         }
       }
     }
   }
-  EXPECT_EQ(plans, 48);
+  EXPECT_EQ(plans, 144);
   if (gpu) cublasLtDestroy(handle);
 }
 
