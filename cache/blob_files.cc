@@ -6,15 +6,13 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "cache/kv_stream.h"
+#include "cache/parallel_chunks.h"
 
 namespace manyshot {
 namespace {
@@ -87,35 +85,6 @@ absl::Status OpenPayload(const std::filesystem::path& path, uint64_t total_bytes
 absl::Status ChunkMismatch(const BlobHeader& header, uint64_t i) {
   return absl::DataLossError(
       absl::StrCat("KV blob ", header.key, " chunk ", i, " checksum mismatch"));
-}
-
-// Runs fn(i, scratch) for every chunk on up to one thread per core (8 at most), each thread taking
-// the next chunk and keeping its own scratch string; returns the first error, after which no
-// thread takes another chunk. Several readers keep the disk's queue full on a cold read and spread
-// the copy and checksum of a warm one over the cores.
-absl::Status ForEachChunkInParallel(uint64_t chunks,
-                                    const std::function<absl::Status(uint64_t, std::string&)>& fn) {
-  const unsigned threads = static_cast<unsigned>(
-      std::min<uint64_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
-  std::atomic<uint64_t> next{0};
-  std::mutex error_mutex;
-  absl::Status error;
-  auto work = [&] {
-    std::string scratch;
-    for (uint64_t i = next++; i < chunks; i = next++) {
-      absl::Status s = fn(i, scratch);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (error.ok()) error = s;
-        next = chunks;  // the others stop too
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  return error;
 }
 
 // Where each payload byte goes: the segments of a host context, back to back. Offsets are in
