@@ -10,12 +10,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cache/byte_codec.h"
+#include "cache/parallel_chunks.h"
 
 namespace manyshot::shared {
 namespace {
 
-constexpr char kMagic[] = "MSKVSHR1";
+constexpr char kMagic[] = "MSKVSHR2";           // the payload at an aligned offset
+constexpr char kUnalignedMagic[] = "MSKVSHR1";  // the payload right after the header
 constexpr size_t kMagicSize = 8;
+
+uint64_t AlignedPayloadOffset(uint64_t header_end) {
+  return (header_end + kKvPayloadAlignment - 1) / kKvPayloadAlignment * kKvPayloadAlignment;
+}
 constexpr char kSuffix[] = ".kv";
 
 absl::Status ReadAt(int fd, uint64_t offset, char* dst, size_t n,
@@ -61,6 +67,20 @@ absl::Status SharedKvReader::ReadChunk(uint64_t i, char* dst) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<MappedFile>> SharedKvReader::MapVerified() const {
+  // Checks every chunk of the payload, on several threads (the mapping's pages come in faster
+  // that way too); run on the mapping, and on the copy that detaches it.
+  auto verify = [header = header_, offset = payload_offset_, path = path_](const char* file) {
+    return ForEachChunkInParallel(header.ChunkCount(), [&](uint64_t i, std::string&) {
+      const std::string_view chunk(file + offset + i * header.chunk_bytes, header.ChunkSize(i));
+      if (ChunkChecksum(chunk) == header.chunk_checksums[i]) return absl::OkStatus();
+      return absl::DataLossError(
+          absl::StrCat("shared KV file ", path.string(), ": chunk ", i, " fails its checksum"));
+    });
+  };
+  return MappedFile::Map(fd_, payload_offset_ + header_.total_bytes, path_, std::move(verify));
+}
+
 absl::Status SharedKvReader::ReadAll(char* dst) const {
   for (uint64_t i = 0; i < header_.ChunkCount(); ++i) {
     if (absl::Status s = ReadChunk(i, dst + i * header_.chunk_bytes); !s.ok()) return s;
@@ -80,6 +100,8 @@ absl::Status SharedKvFiles::Write(const BlobHeader& header, const PayloadFill& f
     codec::PutU64(&prefix, header_bytes.size());
     if (absl::Status s = sink.Append(prefix); !s.ok()) return s;
     if (absl::Status s = sink.Append(header_bytes); !s.ok()) return s;
+    const std::string padding(AlignedPayloadOffset(sink.written()) - sink.written(), '\0');
+    if (absl::Status s = sink.Append(padding); !s.ok()) return s;
     const uint64_t before = sink.written();
     if (absl::Status s = fill(sink); !s.ok()) return s;
     if (sink.written() - before != header.total_bytes) {
@@ -105,6 +127,17 @@ absl::Status SharedKvFiles::Replace(const BlobHeader& header, const PayloadFill&
   return Write(header, fill, PublishMode::kReplace);
 }
 
+// The bytes between the header and an aligned payload must be zero: no checksum covers them, and
+// a file is either exactly what a writer wrote or damaged.
+static absl::Status CheckPadding(int fd, uint64_t begin, uint64_t end,
+                                 const std::filesystem::path& path) {
+  std::string padding(end - begin, '\0');
+  if (absl::Status s = ReadAt(fd, begin, padding.data(), padding.size(), path); !s.ok()) return s;
+  if (padding.find_first_not_of('\0') == std::string::npos) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("shared KV file ", path.string(), ": bytes between header and payload"));
+}
+
 // The header of the open file at `path`, and where its payload starts: DATA_LOSS for a damaged
 // prefix or header, a header of another key, or a file whose size disagrees with its header.
 static absl::StatusOr<BlobHeader> ReadHeader(int fd, const std::filesystem::path& path,
@@ -121,8 +154,10 @@ static absl::StatusOr<BlobHeader> ReadHeader(int fd, const std::filesystem::path
   if (absl::Status s = ReadAt(fd, 0, prefix, sizeof(prefix), path); !s.ok()) return s;
   uint64_t header_size = 0;
   codec::Reader in(std::string_view(prefix + kMagicSize, 8));
-  if (std::string_view(prefix, kMagicSize) != kMagic || !in.U64(&header_size) ||
-      header_size > file_size - sizeof(prefix)) {
+  const std::string_view magic(prefix, kMagicSize);
+  const bool aligned = magic == std::string_view(kMagic, kMagicSize);
+  if ((!aligned && magic != std::string_view(kUnalignedMagic, kMagicSize)) ||
+      !in.U64(&header_size) || header_size > file_size - sizeof(prefix)) {
     return damaged("bad prefix");
   }
   std::string header_bytes(header_size, '\0');
@@ -133,8 +168,10 @@ static absl::StatusOr<BlobHeader> ReadHeader(int fd, const std::filesystem::path
   absl::StatusOr<BlobHeader> header = ParseBlobHeader(header_bytes);
   if (!header.ok()) return damaged(std::string(header.status().message()));
   if (header->key != key) return damaged("holds the blob of another key");
-  *payload_offset = sizeof(prefix) + header_size;
+  const uint64_t header_end = sizeof(prefix) + header_size;
+  *payload_offset = aligned ? AlignedPayloadOffset(header_end) : header_end;
   if (file_size != *payload_offset + header->total_bytes) return damaged("wrong size");
+  if (absl::Status s = CheckPadding(fd, header_end, *payload_offset, path); !s.ok()) return s;
   return header;
 }
 

@@ -2,8 +2,11 @@
 // key is a hash of everything that determines the KV (engine/task/cache_key.h), so a name always
 // stands for the same tensors; the file carries its own blob header (cache/blob_format.h: shapes,
 // dtype and an XXH3-64 of every chunk), and every read verifies the chunks it returns, so a damaged
-// file is reported (DATA_LOSS), never served. Layout: "MSKVSHR1", the header's length (u64 LE),
-// the header, the payload (every layer's K then V, in the header's dtype).
+// file is reported (DATA_LOSS), never served. Layout: "MSKVSHR2", the header's length (u64 LE),
+// the header, zero bytes up to the next multiple of kKvPayloadAlignment, the payload (every layer's
+// K then V, in the header's dtype). The alignment lets a reader map the file and use the payload
+// in place as tensors. Files of the first layout ("MSKVSHR1": the payload right after the header)
+// are still read, by copying.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +16,13 @@
 
 #include "absl/status/statusor.h"
 #include "cache/blob_format.h"
+#include "cache/shared/mapped_file.h"
 #include "cache/shared/shared_directory.h"
 
 namespace manyshot::shared {
+
+// Where a KV file's payload starts: a multiple of this (a page on x86 and most arm64 systems).
+inline constexpr uint64_t kKvPayloadAlignment = 4096;
 
 // An open KV file: its header, and its chunks read with verification.
 class SharedKvReader {
@@ -30,6 +37,14 @@ class SharedKvReader {
   absl::Status ReadChunk(uint64_t i, char* dst) const;
   // Every chunk, in order, into `dst` (header().total_bytes bytes).
   absl::Status ReadAll(char* dst) const;
+
+  // Where the payload starts in the file; aligned to kKvPayloadAlignment in files of the current
+  // layout.
+  uint64_t payload_offset() const { return payload_offset_; }
+  bool payload_aligned() const { return payload_offset_ % kKvPayloadAlignment == 0; }
+  // The whole file mapped (see MappedFile), every chunk's XXH3-64 checked over the mapping, on
+  // several threads, before it is returned: DATA_LOSS naming the chunk as ReadChunk.
+  absl::StatusOr<std::shared_ptr<MappedFile>> MapVerified() const;
 
  private:
   friend class SharedKvFiles;
