@@ -107,8 +107,12 @@ TEST_P(MappedRestoreTest, AMappedRestoreIsTheWrittenContextBitForBit) {
 TEST_P(MappedRestoreTest, ADetachedContextOutlivesItsFile) {
   auto mapped = ReadSharedContext(*files_, kKey, backend_);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const void* const k0 = mapped->context.kv.k[0].raw();
+  // At a huge-page boundary, so that the detached copy can keep its huge pages there.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(mapped->mapping.lock()->data()) % (uintptr_t{2} << 20), 0u);
   ASSERT_TRUE(DetachFromFile(mapped->mapping).ok());
   EXPECT_TRUE(Detached(mapped->mapping));
+  EXPECT_EQ(mapped->context.kv.k[0].raw(), k0) << "the tensors keep their addresses";
   std::filesystem::resize_file(File(), 0);
   std::filesystem::remove(File());
   EXPECT_TRUE(PayloadOf(mapped->context) == expected_);
