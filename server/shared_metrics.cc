@@ -15,6 +15,14 @@ prometheus::Counter& NewCounter(prometheus::Registry& registry, const std::strin
 SharedMetrics::SharedMetrics(prometheus::Registry& registry)
     : restores(NewCounter(registry, "manyshot_shared_restores_total",
                           "Contexts restored from the shared tier instead of encoded.")),
+      mapped_restores(NewCounter(
+          registry, "manyshot_shared_mapped_restores_total",
+          "Restores served straight from the shared KV file's pages (mapped), then copied into "
+          "this replica's memory in the background.")),
+      detach_failures(NewCounter(
+          registry, "manyshot_shared_detach_failures_total",
+          "Mapped restores whose file could no longer be read before its pages were copied: "
+          "the context was dropped from memory.")),
       read_bytes(NewCounter(registry, "manyshot_shared_read_bytes_total",
                             "KV payload bytes read (and verified) from the shared tier.")),
       revalidations(NewCounter(registry, "manyshot_shared_revalidations_total",

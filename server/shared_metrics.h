@@ -11,6 +11,8 @@ struct SharedMetrics {
   explicit SharedMetrics(prometheus::Registry& registry);
 
   prometheus::Counter& restores;           // contexts restored instead of encoded
+  prometheus::Counter& mapped_restores;    // of which served from the KV file's mapped pages
+  prometheus::Counter& detach_failures;    // mapped contexts that could not be detached
   prometheus::Counter& read_bytes;         // KV payload bytes read and verified
   prometheus::Counter& revalidations;      // "is this version still the newest?" lookups
   prometheus::Counter& version_switches;   // versions taken from the shared catalog

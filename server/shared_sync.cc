@@ -261,7 +261,7 @@ std::optional<PinnedContext> TaskRegistry::RestoreShared(
   if (cache_.disk().HasBlob(key)) return std::nullopt;
   auto restored = shared_->Restore(key);
   absl::Status status = restored.status();
-  if (restored.ok() && validate) status = validate(*restored);
+  if (restored.ok() && validate) status = validate(restored->context);
   if (status.ok()) {
     // The copy writes the version's record only while the version is current (see Retire).
     auto gate = [held](const std::function<void()>& copy) {

@@ -4,6 +4,7 @@
 // or restore (server/shared_sync.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "cache/context_cache.h"
 #include "cache/shared/encoding_markers.h"
 #include "cache/shared/manifests.h"
+#include "cache/shared/shared_context.h"
 #include "cache/shared/shared_directory.h"
 #include "cache/shared/shared_kv.h"
 #include "cache/task_record.h"
@@ -30,6 +32,7 @@ class SharedTier {
   static absl::StatusOr<std::unique_ptr<SharedTier>> Open(const std::string& dir, Backend& backend,
                                                           DType storage_dtype,
                                                           SharedMetrics& metrics);
+  ~SharedTier() { stopping_.store(true); }  // a detach in progress stops; the joins follow
 
   // The newest manifest of (tenant, id): NOT_FOUND when none was ever published (a tombstone is
   // returned as such).
@@ -51,18 +54,21 @@ class SharedTier {
   static absl::StatusOr<TaskRecord> RecordOf(const shared::Manifest& manifest);
 
   // The context of KV file `key`, verified, in the file's dtype: NOT_FOUND, or DATA_LOSS for a
-  // damaged file (never served; counted by the caller when it re-encodes).
-  absl::StatusOr<EncodedContext> Restore(const std::string& key) const;
+  // damaged file (never served; counted by the caller when it re-encodes). On the CPU its tensors
+  // are the mapped file's pages (shared/shared_context.h) until AdmitRestored detaches them.
+  absl::StatusOr<shared::SharedContext> Restore(const std::string& key) const;
   // Puts a restored context (verified) into `cache`'s memory tier, pinned for the caller, and
-  // writes its local disk copy (with `record`) on a thread of its own, at a lower CPU priority
-  // than the requests: the first answer does not wait for a multi-gigabyte local write of what
-  // the shared tier already holds durably. Until that copy lands, a context evicted from memory is
-  // restored from the shared tier again. `gate` runs the copy, or skips it when the task's version
+  // finishes the restore on a thread of its own, at a lower CPU priority than the requests, so
+  // that the first answer waits for neither step: first a mapped context is detached from its file
+  // (its pages copied into this replica's memory; should the file have become unreadable, the
+  // context is dropped from memory and counted, and nothing is copied), then its local disk copy
+  // (with `record`) is written. Until that copy lands, a context evicted from memory is restored
+  // from the shared tier again. `gate` runs the disk copy, or skips it when the task's version
   // was retired meanwhile (a task deleted while its copy waited must not come back as a local
   // record).
   using LocalCopyGate = std::function<void(const std::function<void()>& copy)>;
   absl::StatusOr<PinnedContext> AdmitRestored(ContextCache& cache, const TaskRecord& record,
-                                              EncodedContext restored, LocalCopyGate gate);
+                                              shared::SharedContext restored, LocalCopyGate gate);
   // Where the local disk copies run: by default each on a thread of its own; a test may queue
   // them and run them when it chooses.
   using JobRunner = std::function<void(std::function<void()> job)>;
@@ -85,6 +91,10 @@ class SharedTier {
   SharedTier(shared::SharedDirectory dir, Backend& backend, DType storage_dtype,
              SharedMetrics& metrics)
       : dir_(std::move(dir)), backend_(backend), storage_dtype_(storage_dtype), metrics_(metrics) {}
+  // Detaches a mapped context from its file (see AdmitRestored); false when the restore must not
+  // go on to the local disk copy.
+  bool Detach(ContextCache& cache, const std::string& key,
+              const std::weak_ptr<shared::MappedFile>& mapping) const;
 
   shared::SharedDirectory dir_;
   shared::ManifestStore manifests_{&dir_};
@@ -94,7 +104,9 @@ class SharedTier {
   DType storage_dtype_;
 
   SharedMetrics& metrics_;
-  // Local disk copies of restored contexts; joined (before the cache goes) when this goes.
+  std::atomic<bool> stopping_{false};
+  // Detaches and local disk copies of restored contexts; joined (before the cache goes) when this
+  // goes.
   JobThreads local_copies_;
   JobRunner copy_runner_;  // empty: local_copies_
 };

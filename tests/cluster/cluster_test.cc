@@ -74,6 +74,7 @@ TEST_F(ClusterTest, OneEncodeServesEveryReplicaAndTheProxy) {
   for (size_t r = 1; r < replicas().size(); ++r) {
     EXPECT_TRUE(SameScores(Scores(*replicas()[r].Stub(), "sst2"), reference)) << "replica " << r;
     EXPECT_EQ(replicas()[r].Metric("manyshot_shared_restores_total"), 1) << "replica " << r;
+    EXPECT_EQ(replicas()[r].Metric("manyshot_shared_mapped_restores_total"), 1) << "replica " << r;
     EXPECT_GT(replicas()[r].Metric("manyshot_shared_read_bytes_total"), 0) << "replica " << r;
   }
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(SameScores(Scores(*via_proxy, "sst2"), reference));

@@ -3,10 +3,14 @@
 // copy afterwards; a task deleted before that copy lands must not come back as a local record
 // (which a restart without the shared tier, or ListTasks before the next revalidation, would
 // show). The copies are queued here and run when the test says, so each interleaving is exact.
+// A restore served from the mapped shared file owns its memory once its background steps ran, and
+// a file cut before then is never served.
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "cache/kv_stream.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "server/shared_metrics.h"
@@ -67,6 +71,31 @@ class SharedLocalCopyTest : public RegistryFixture {
     queued_copies_.clear();
   }
 
+  // The shared KV file of the task (one task, so one file).
+  std::filesystem::path SharedKvFile() {
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ / "shared" / "kv")) {
+      if (entry.path().extension() == ".kv") files.push_back(entry.path());
+    }
+    EXPECT_EQ(files.size(), 1u);
+    return files.empty() ? std::filesystem::path() : files.front();
+  }
+
+  // The K/V bytes the registry serves for the task.
+  static std::string ServedBytes(server::TaskRegistry& registry, const std::string& task_id) {
+    auto version = registry.Resolve("tenant", task_id);
+    EXPECT_TRUE(version.ok()) << version.status();
+    if (!version.ok()) return "";
+    auto handle = registry.Acquire(*version);
+    EXPECT_TRUE(handle.ok()) << handle.status();
+    if (!handle.ok() || handle->get() == nullptr) return "";
+    std::string bytes;
+    for (const Tensor& t : PayloadSegments(*handle->get())) {
+      bytes.append(static_cast<const char*>(t.raw()), t.bytes());
+    }
+    return bytes;
+  }
+
   bool BHoldsLocalRecord(const std::string& task_id) {
     return cache_b_->GetTask("tenant/" + task_id).has_value();
   }
@@ -107,6 +136,37 @@ TEST_F(SharedLocalCopyTest, ADeleteElsewhereBeforeTheCopyLandsLeavesNoRecord) {
   EXPECT_EQ(registry_b_->Resolve("tenant", "sst2").status().code(), absl::StatusCode::kNotFound);
   RunQueuedCopies();
   EXPECT_FALSE(BHoldsLocalRecord("sst2"));
+}
+
+TEST_F(SharedLocalCopyTest, ARestoreServedFromTheMappedFileOwnsItsMemoryOnceFinished) {
+  ASSERT_TRUE(Create("sst2", Spec()).ok());
+  ServeOnB("sst2");
+  EXPECT_EQ(metrics_.mapped_restores.Value(), 1);
+  RunQueuedCopies();  // detaches, then writes the local copy
+  EXPECT_TRUE(BHoldsLocalRecord("sst2"));
+  // Nothing that happens to the shared file now reaches B's context.
+  const std::filesystem::path file = SharedKvFile();
+  std::filesystem::resize_file(file, 0);
+  std::filesystem::remove(file);
+  const std::string served = ServedBytes(*registry_b_, "sst2");
+  EXPECT_FALSE(served.empty());
+  EXPECT_TRUE(served == ServedBytes(*registry_, "sst2")) << "B serves what A encoded";
+  EXPECT_EQ(behaviour_->encoded.load(), 1);
+  EXPECT_EQ(metrics_.detach_failures.Value(), 0);
+}
+
+TEST_F(SharedLocalCopyTest, AFileCutBeforeTheDetachIsDroppedAndNeverServed) {
+  ASSERT_TRUE(Create("sst2", Spec()).ok());
+  ServeOnB("sst2");
+  std::filesystem::resize_file(SharedKvFile(), 0);  // the mapped pages are gone with it
+  RunQueuedCopies();
+  EXPECT_EQ(metrics_.detach_failures.Value(), 1);
+  EXPECT_FALSE(BHoldsLocalRecord("sst2")) << "nothing is copied from a file that was cut";
+  // B's next request restores again, finds the file damaged, re-encodes and replaces it.
+  const std::string served = ServedBytes(*registry_b_, "sst2");
+  EXPECT_EQ(behaviour_->encoded.load(), 2);
+  EXPECT_TRUE(served == ServedBytes(*registry_, "sst2"));
+  EXPECT_GT(std::filesystem::file_size(SharedKvFile()), 0u);
 }
 
 }  // namespace
