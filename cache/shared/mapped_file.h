@@ -9,7 +9,7 @@
 // the mapping's addresses in one mremap(), so every tensor keeps its address and a reader never
 // sees a gap. Shared KV files are immutable, the garbage collector's grace period outlasts a
 // restore, and the server detaches every mapped context right after the restore, in the
-// background: the window is seconds.
+// background on idle CPU time: the window is seconds unless the replica is kept fully busy.
 #pragma once
 
 #include <atomic>
