@@ -18,11 +18,16 @@ namespace {
 constexpr char kMagic[] = "MSKVSHR2";           // the payload at an aligned offset
 constexpr char kUnalignedMagic[] = "MSKVSHR1";  // the payload right after the header
 constexpr size_t kMagicSize = 8;
+constexpr char kSuffix[] = ".kv";
 
 uint64_t AlignedPayloadOffset(uint64_t header_end) {
   return (header_end + kKvPayloadAlignment - 1) / kKvPayloadAlignment * kKvPayloadAlignment;
 }
-constexpr char kSuffix[] = ".kv";
+
+absl::Status ChunkFailsChecksum(const std::filesystem::path& path, uint64_t i) {
+  return absl::DataLossError(
+      absl::StrCat("shared KV file ", path.string(), ": chunk ", i, " fails its checksum"));
+}
 
 absl::Status ReadAt(int fd, uint64_t offset, char* dst, size_t n,
                     const std::filesystem::path& path) {
@@ -61,8 +66,7 @@ absl::Status SharedKvReader::ReadChunk(uint64_t i, char* dst) const {
     return s;
   }
   if (ChunkChecksum(std::string_view(dst, size)) != header_.chunk_checksums[i]) {
-    return absl::DataLossError(
-        absl::StrCat("shared KV file ", path_.string(), ": chunk ", i, " fails its checksum"));
+    return ChunkFailsChecksum(path_, i);
   }
   return absl::OkStatus();
 }
@@ -74,8 +78,7 @@ absl::StatusOr<std::shared_ptr<MappedFile>> SharedKvReader::MapVerified() const 
     return ForEachChunkInParallel(header.ChunkCount(), [&](uint64_t i, std::string&) {
       const std::string_view chunk(file + offset + i * header.chunk_bytes, header.ChunkSize(i));
       if (ChunkChecksum(chunk) == header.chunk_checksums[i]) return absl::OkStatus();
-      return absl::DataLossError(
-          absl::StrCat("shared KV file ", path.string(), ": chunk ", i, " fails its checksum"));
+      return ChunkFailsChecksum(path, i);
     });
   };
   return MappedFile::Map(fd_, payload_offset_ + header_.total_bytes, path_, std::move(verify));
